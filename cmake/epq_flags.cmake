@@ -1,0 +1,12 @@
+# Warnings and sanitizers for epq's own targets only (llama.cpp keeps its own flags).
+set(EPQ_SANITIZE "" CACHE STRING "Sanitizers for epq's code: 'address;undefined' or 'thread'")
+
+add_library(epq_flags INTERFACE)
+target_compile_options(epq_flags INTERFACE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
+                       -Wno-sign-conversion -Wno-missing-field-initializers)
+if(EPQ_SANITIZE)
+  string(REPLACE ";" "," _san "${EPQ_SANITIZE}")
+  target_compile_options(epq_flags INTERFACE -fsanitize=${_san} -fno-omit-frame-pointer
+                         -fno-sanitize-recover=undefined)
+  target_link_options(epq_flags INTERFACE -fsanitize=${_san})
+endif()

@@ -1,0 +1,76 @@
+# Fetches the pinned llama.cpp release (see llama_pin.cmake) into the build tree and adds
+# ggml + libllama as static subprojects. Every step leaves a stamp so a re-configure or an
+# incremental build never repeats the download or the clone.
+include(${CMAKE_CURRENT_LIST_DIR}/llama_pin.cmake)
+
+set(EPQ_DEPS_DIR "${CMAKE_BINARY_DIR}/_deps")
+set(EPQ_LLAMA_TARBALL "" CACHE FILEPATH
+    "Use this local ${EPQ_LLAMA_NPM_PACKAGE}-${EPQ_LLAMA_NPM_VERSION}.tgz instead of running npm pack")
+set(_tgz "${EPQ_DEPS_DIR}/${EPQ_LLAMA_NPM_PACKAGE}-${EPQ_LLAMA_NPM_VERSION}.tgz")
+set(_src "${EPQ_DEPS_DIR}/llama.cpp")
+set(_stamp "${_src}/.epq-${EPQ_LLAMA_NPM_VERSION}-${EPQ_LLAMA_NPM_SHA256}")
+
+if(NOT EXISTS "${_stamp}")
+  file(MAKE_DIRECTORY "${EPQ_DEPS_DIR}")
+  if(EPQ_LLAMA_TARBALL)
+    file(COPY_FILE "${EPQ_LLAMA_TARBALL}" "${_tgz}")
+  elseif(NOT EXISTS "${_tgz}")
+    find_program(EPQ_NPM npm)
+    if(NOT EPQ_NPM)
+      message(FATAL_ERROR "npm not found: it is needed to fetch llama.cpp "
+                          "(${EPQ_LLAMA_NPM_PACKAGE}@${EPQ_LLAMA_NPM_VERSION}). "
+                          "Install it with: apt-get install -y npm")
+    endif()
+    message(STATUS "epq: fetching ${EPQ_LLAMA_NPM_PACKAGE}@${EPQ_LLAMA_NPM_VERSION} with npm pack")
+    execute_process(
+      COMMAND "${EPQ_NPM}" pack "${EPQ_LLAMA_NPM_PACKAGE}@${EPQ_LLAMA_NPM_VERSION}"
+              --pack-destination "${EPQ_DEPS_DIR}" --silent
+      RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+    if(NOT _rc EQUAL 0 OR NOT EXISTS "${_tgz}")
+      message(FATAL_ERROR "epq: npm pack ${EPQ_LLAMA_NPM_PACKAGE}@${EPQ_LLAMA_NPM_VERSION} failed "
+                          "(${_rc}): ${_err}\nCheck that the npm registry is reachable, or pass "
+                          "-DEPQ_LLAMA_TARBALL=/path/to/${EPQ_LLAMA_NPM_PACKAGE}-${EPQ_LLAMA_NPM_VERSION}.tgz")
+    endif()
+  endif()
+
+  file(SHA256 "${_tgz}" _sha)
+  if(NOT _sha STREQUAL EPQ_LLAMA_NPM_SHA256)
+    file(REMOVE "${_tgz}")
+    message(FATAL_ERROR "epq: ${_tgz} has SHA-256 ${_sha}, expected ${EPQ_LLAMA_NPM_SHA256}. "
+                        "The package is not the pinned one; refusing to build from it.")
+  endif()
+
+  set(_unpack "${EPQ_DEPS_DIR}/npm-unpack")
+  file(REMOVE_RECURSE "${_unpack}" "${_src}")
+  file(ARCHIVE_EXTRACT INPUT "${_tgz}" DESTINATION "${_unpack}"
+       PATTERNS package/llama/gitRelease.bundle package/llama/llama.cpp.info.json)
+  file(READ "${_unpack}/package/llama/llama.cpp.info.json" _info)
+  string(JSON _tag GET "${_info}" tag)
+  if(NOT _tag STREQUAL EPQ_LLAMA_RELEASE_TAG)
+    message(FATAL_ERROR "epq: the package ships llama.cpp ${_tag}, expected ${EPQ_LLAMA_RELEASE_TAG}")
+  endif()
+
+  find_package(Git REQUIRED)
+  execute_process(
+    COMMAND "${GIT_EXECUTABLE}" -c advice.detachedHead=false clone --quiet
+            "${_unpack}/package/llama/gitRelease.bundle" "${_src}"
+    RESULT_VARIABLE _rc ERROR_VARIABLE _err)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "epq: cloning the llama.cpp bundle failed: ${_err}")
+  endif()
+  file(REMOVE_RECURSE "${_unpack}")
+  file(TOUCH "${_stamp}")
+  message(STATUS "epq: llama.cpp ${EPQ_LLAMA_RELEASE_TAG} checked out in ${_src}")
+endif()
+
+set(EPQ_LLAMA_SOURCE_DIR "${_src}" CACHE INTERNAL "pinned llama.cpp tree")
+
+# Only the libraries: no tests, tools, examples, server, network or shared objects.
+set(BUILD_SHARED_LIBS OFF CACHE BOOL "" FORCE)
+set(GGML_NATIVE ON CACHE BOOL "" FORCE)
+foreach(_opt LLAMA_BUILD_TESTS LLAMA_BUILD_TOOLS LLAMA_BUILD_EXAMPLES LLAMA_BUILD_SERVER
+             LLAMA_BUILD_APP LLAMA_BUILD_COMMON LLAMA_OPENSSL LLAMA_CURL LLAMA_BUILD_UI
+             LLAMA_USE_PREBUILT_UI LLAMA_ALL_WARNINGS GGML_BUILD_TESTS GGML_BUILD_EXAMPLES)
+  set(${_opt} OFF CACHE BOOL "" FORCE)
+endforeach()
+add_subdirectory("${_src}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL SYSTEM)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Quick start 2: set up, build and run the whole test suite, then again under ASan+UBSan, and
+# the threaded synthesizer under TSan. `--fast` skips the sanitizer builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fast=0
+[[ ${1:-} == --fast ]] && fast=1
+jobs=$(nproc 2>/dev/null || echo 2)
+
+scripts/setup.sh build
+(cd build && ctest -j "$jobs" --output-on-failure)
+
+if ((fast == 0)); then
+  echo "test: ASan + UBSan build"
+  scripts/setup.sh build-asan -DEPQ_SANITIZE="address;undefined"
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+     ctest -j "$jobs" --output-on-failure)
+  echo "test: TSan build (threaded parts)"
+  scripts/setup.sh build-tsan -DEPQ_SANITIZE=thread
+  (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j "$jobs" --output-on-failure -R '^Synth\.')
+fi

@@ -1,0 +1,95 @@
+#include "engine/llama_session.h"
+
+#include "util/error.h"
+
+#include <mutex>
+
+namespace epq {
+
+namespace {
+
+void init_backend_once() {
+    static std::once_flag once;
+    std::call_once(once, [] { llama_backend_init(); });
+}
+
+}  // namespace
+
+LlamaSession::LlamaSession(const std::string &model_path, const SessionOptions &opts) : opts_(opts) {
+    init_backend_once();
+    llama_model_params mp = llama_model_default_params();
+    mp.use_extra_bufts = opts.use_extra_bufts;
+    model_ = llama_model_load_from_file(model_path.c_str(), mp);
+    if (!model_) {
+        throw Error("llama.cpp could not load " + model_path + " (its reason is printed above)");
+    }
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = opts.n_ctx;
+    cp.n_batch = opts.n_batch;
+    cp.n_ubatch = opts.n_batch;
+    cp.n_threads = opts.n_threads;
+    cp.n_threads_batch = opts.n_threads;
+    ctx_ = llama_init_from_model(model_, cp);
+    if (!ctx_) {
+        llama_model_free(model_);
+        throw Error("llama.cpp could not create a context for " + model_path + " (n_ctx " + std::to_string(opts.n_ctx) +
+                    "); try a smaller -c");
+    }
+}
+
+LlamaSession::~LlamaSession() {
+    llama_free(ctx_);
+    llama_model_free(model_);
+}
+
+std::vector<llama_token> LlamaSession::tokenize(const std::string &text, bool add_special) const {
+    const int32_t len = static_cast<int32_t>(text.size());
+    std::vector<llama_token> out(text.size() + 8);
+    int32_t n =
+        llama_tokenize(vocab(), text.data(), len, out.data(), static_cast<int32_t>(out.size()), add_special, true);
+    if (n < 0) {
+        out.resize(static_cast<size_t>(-n));
+        n = llama_tokenize(vocab(), text.data(), len, out.data(), static_cast<int32_t>(out.size()), add_special, true);
+    }
+    if (n < 0) {
+        throw Error("cannot tokenize the prompt");
+    }
+    out.resize(static_cast<size_t>(n));
+    return out;
+}
+
+std::string LlamaSession::piece(llama_token token) const {
+    char buf[256];
+    const int32_t n = llama_token_to_piece(vocab(), token, buf, sizeof buf, 0, true);
+    if (n < 0) {
+        std::string big(static_cast<size_t>(-n), '\0');
+        llama_token_to_piece(vocab(), token, big.data(), static_cast<int32_t>(big.size()), 0, true);
+        return big;
+    }
+    return std::string(buf, static_cast<size_t>(n));
+}
+
+void LlamaSession::decode(const std::vector<llama_token> &tokens) {
+    const uint32_t used = static_cast<uint32_t>(llama_memory_seq_pos_max(llama_get_memory(ctx_), 0) + 1);
+    if (used + tokens.size() > llama_n_ctx(ctx_)) {
+        throw Error("the context is full (" + std::to_string(llama_n_ctx(ctx_)) + " tokens): raise -c");
+    }
+    for (size_t i = 0; i < tokens.size(); i += opts_.n_batch) {
+        const size_t n = std::min<size_t>(opts_.n_batch, tokens.size() - i);
+        llama_batch batch = llama_batch_get_one(const_cast<llama_token *>(tokens.data() + i), static_cast<int32_t>(n));
+        const int32_t rc = llama_decode(ctx_, batch);
+        if (rc != 0) {
+            throw Error("llama_decode failed (code " + std::to_string(rc) + ")");
+        }
+    }
+}
+
+const float *LlamaSession::logits() const {
+    return llama_get_logits_ith(ctx_, -1);
+}
+
+void LlamaSession::clear() {
+    llama_memory_clear(llama_get_memory(ctx_), true);
+}
+
+}  // namespace epq

@@ -1,0 +1,124 @@
+#include "gguf/expert_index.h"
+
+#include "util/byte_size.h"
+#include "util/error.h"
+
+#include <algorithm>
+#include <map>
+#include <regex>
+
+namespace epq {
+
+namespace {
+
+// llama.cpp names every merged routed-expert tensor blk.<layer>.ffn_<kind>_exps.weight,
+// whatever the architecture.
+const std::regex& expert_tensor_pattern() {
+    static const std::regex re(R"(^blk\.(\d+)\.ffn_([a-z_]+)_exps\.weight$)");
+    return re;
+}
+
+}  // namespace
+
+ExpertIndex ExpertIndex::build(const GgufFile& file) {
+    ExpertIndex idx;
+    idx.arch = file.architecture();
+    idx.file_size = file.file_size();
+    if (idx.arch.empty()) {
+        throw Error(file.path() + ": no general.architecture in the GGUF metadata; not a llama.cpp model");
+    }
+    const auto n_layer = file.get_int(idx.arch + ".block_count");
+    const auto n_expert = file.get_int(idx.arch + ".expert_count");
+    const auto n_used = file.get_int(idx.arch + ".expert_used_count");
+    idx.n_layer = static_cast<uint32_t>(n_layer.value_or(0));
+
+    std::map<int, ExpertLayer> by_layer;
+    std::smatch m;
+    for (const auto& t : file.tensors()) {
+        if (!std::regex_match(t.name, m, expert_tensor_pattern())) {
+            idx.dense_bytes += t.nbytes;
+            continue;
+        }
+        if (t.n_dims != 3) {
+            throw Error(file.path() + ": expert tensor '" + t.name + "' has " + std::to_string(t.n_dims) +
+                        " dimensions, expected 3 (in, out, expert)");
+        }
+        ExpertTensor e;
+        e.name = t.name;
+        e.kind = m[2].str();
+        e.type = t.type;
+        for (int d = 0; d < 3; ++d) {
+            e.ne[d] = t.ne[d];
+        }
+        e.expert_stride = t.nb[2];
+        e.file_offset = t.file_offset;
+        const int il = std::stoi(m[1].str());
+        auto& layer = by_layer[il];
+        layer.layer = il;
+        layer.expert_bytes += e.expert_stride;
+        layer.tensors.push_back(std::move(e));
+        idx.expert_bytes += t.nbytes;
+    }
+
+    if (by_layer.empty() || !n_expert || *n_expert <= 0) {
+        throw Error(file.path() + ": not a MoE model: nothing to page (architecture '" + idx.arch +
+                    "' has no routed expert tensors blk.N.ffn_*_exps.weight" +
+                    (n_expert ? "" : " and no " + idx.arch + ".expert_count") +
+                    "); run it with stock llama.cpp instead");
+    }
+    idx.n_expert = static_cast<uint32_t>(*n_expert);
+    if (!n_used || *n_used <= 0 || *n_used > *n_expert) {
+        throw Error(file.path() + ": " + idx.arch + ".expert_used_count is " +
+                    (n_used ? std::to_string(*n_used) : std::string("missing")) +
+                    "; it must be between 1 and expert_count (" + std::to_string(*n_expert) + ")");
+    }
+    idx.n_expert_used = static_cast<uint32_t>(*n_used);
+
+    for (auto& [il, layer] : by_layer) {
+        if (n_layer && il >= *n_layer) {
+            throw Error(file.path() + ": expert tensor of layer " + std::to_string(il) + " but the model has only " +
+                        std::to_string(*n_layer) + " layers");
+        }
+        for (const auto& e : layer.tensors) {
+            if (e.ne[2] != idx.n_expert) {
+                throw Error(file.path() + ": expert tensor '" + e.name + "' holds " + std::to_string(e.ne[2]) +
+                            " experts but " + idx.arch + ".expert_count is " + std::to_string(idx.n_expert));
+            }
+        }
+        std::sort(layer.tensors.begin(), layer.tensors.end(),
+                  [](const ExpertTensor& a, const ExpertTensor& b) { return a.file_offset < b.file_offset; });
+        idx.layers.push_back(layer);
+    }
+
+    std::map<uint64_t, SizeClass> classes;
+    for (const auto& layer : idx.layers) {
+        auto& c = classes[layer.expert_bytes];
+        c.expert_bytes = layer.expert_bytes;
+        c.layers.push_back(layer.layer);
+    }
+    for (auto& [bytes, c] : classes) {
+        idx.size_classes.push_back(c);
+    }
+
+    // One MUL_MAT_ID reads all the experts a token selected in a layer at once, so the
+    // arena must be able to pin that many experts of the largest size at the same time.
+    const uint64_t largest = idx.size_classes.back().expert_bytes;
+    idx.min_arena_bytes = static_cast<uint64_t>(idx.n_expert_used) * largest;
+    idx.min_arena_reason = "a token's " + std::to_string(idx.n_expert_used) +
+                           " selected experts of one layer must be resident together while the "
+                           "layer's expert matmuls read them: " +
+                           std::to_string(idx.n_expert_used) + " x " + std::to_string(largest) +
+                           " B (largest expert) = " + format_bytes(idx.min_arena_bytes);
+    return idx;
+}
+
+const ExpertLayer* ExpertIndex::layer(int il) const {
+    for (const auto& l : layers) {
+        if (l.layer == il) {
+            return &l;
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace epq

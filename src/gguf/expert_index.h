@@ -1,0 +1,53 @@
+// Where a MoE model's routed experts live in its GGUF file: per layer, the merged expert
+// tensors (gate/up/down or fused gate_up, `blk.N.ffn_*_exps.weight`), the bytes one expert
+// occupies in each, the distinct expert sizes, and the smallest arena that can run the model.
+#pragma once
+
+#include "gguf/gguf_file.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace epq {
+
+struct ExpertTensor {
+    std::string name;
+    std::string kind;  // "gate", "up", "down", "gate_up", ... (between "ffn_" and "_exps")
+    ggml_type type = GGML_TYPE_F32;
+    int64_t ne[3] = {0, 0, 0};   // {n_in, n_out, n_expert}
+    uint64_t expert_stride = 0;  // bytes of one expert's matrix (nb[2])
+    uint64_t file_offset = 0;    // absolute offset of expert 0
+};
+
+struct ExpertLayer {
+    int layer = 0;
+    std::vector<ExpertTensor> tensors;
+    uint64_t expert_bytes = 0;  // one expert's bytes over all its tensors: one arena slot
+};
+
+struct SizeClass {
+    uint64_t expert_bytes = 0;
+    std::vector<int> layers;
+};
+
+struct ExpertIndex {
+    std::string arch;
+    uint32_t n_layer = 0;
+    uint32_t n_expert = 0;
+    uint32_t n_expert_used = 0;
+    std::vector<ExpertLayer> layers;      // only layers that have routed experts, ascending
+    std::vector<SizeClass> size_classes;  // ascending by size
+    uint64_t file_size = 0;
+    uint64_t expert_bytes = 0;  // all routed expert bytes
+    uint64_t dense_bytes = 0;   // every other tensor byte
+    uint64_t min_arena_bytes = 0;
+    std::string min_arena_reason;
+
+    // Throws epq::Error for a model without routed experts or with inconsistent expert tensors.
+    static ExpertIndex build(const GgufFile& file);
+
+    const ExpertLayer* layer(int il) const;
+};
+
+}  // namespace epq

@@ -1,0 +1,212 @@
+#include "gguf/gguf_file.h"
+
+#include "util/byte_size.h"
+#include "util/error.h"
+
+#include "gguf.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <regex>
+#include <sys/stat.h>
+
+namespace epq {
+
+namespace {
+
+// ggml's parser reports why it failed only through the log; collect those lines while it runs
+// so the error we raise can say what ggml saw.
+struct LogCapture {
+    std::vector<std::string> errors;
+
+    ggml_log_callback prev_cb = nullptr;
+    void *prev_user = nullptr;
+
+    LogCapture() {
+        ggml_log_get(&prev_cb, &prev_user);
+        ggml_log_set(&LogCapture::callback, this);
+    }
+    ~LogCapture() { ggml_log_set(prev_cb, prev_user); }
+    LogCapture(const LogCapture &) = delete;
+    LogCapture &operator=(const LogCapture &) = delete;
+
+    static void callback(ggml_log_level level, const char *text, void *user) {
+        if (level != GGML_LOG_LEVEL_ERROR && level != GGML_LOG_LEVEL_WARN) {
+            return;
+        }
+        std::string line(text);
+        while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) {
+            line.pop_back();
+        }
+        // Drop ggml's "function_name: " prefix; the user does not need it.
+        const auto colon = line.find(": ");
+        if (colon != std::string::npos && line.find(' ') > colon) {
+            line = line.substr(colon + 2);
+        }
+        if (!line.empty()) {
+            static_cast<LogCapture *>(user)->errors.push_back(line);
+        }
+    }
+};
+
+std::string explain_parse_failure(const std::string &path, const std::vector<std::string> &errors) {
+    static const std::regex bad_type(R"(tensor '([^']*)' has invalid ggml type (-?\d+))");
+    static const std::regex bad_offset(R"(tensor '([^']*)' has offset (\d+), expected (\d+))");
+    static const std::regex bad_block(
+        R"(tensor '([^']*)' of type \d+ \(([^)]*)\) has (\d+) elements per row, not a multiple of block size \((\d+)\))");
+    std::smatch m;
+    for (const auto &e : errors) {
+        if (std::regex_search(e, m, bad_type)) {
+            return path + ": tensor '" + m[1].str() + "' has unknown tensor type " + m[2].str() +
+                   " (this build knows types 0.." + std::to_string(GGML_TYPE_COUNT - 1) +
+                   "); the file is corrupt or needs a newer llama.cpp";
+        }
+        if (std::regex_search(e, m, bad_offset)) {
+            return path + ": tensor byte sizes disagree with their types and shapes: tensor '" + m[1].str() +
+                   "' starts at data offset " + m[2].str() + " but the tensors before it, by type and shape, end at " +
+                   m[3].str() + "; the file is corrupt";
+        }
+        if (std::regex_search(e, m, bad_block)) {
+            if (m[4].str() == "0") {
+                return path + ": tensor '" + m[1].str() + "' has type " + m[2].str() +
+                       ", which this llama.cpp no longer supports; re-quantize the model";
+            }
+            return path + ": tensor '" + m[1].str() + "' has " + m[3].str() +
+                   " elements per row, not a multiple of its type's block size " + m[4].str() + "; the file is corrupt";
+        }
+    }
+    std::string detail = errors.empty() ? "ggml's GGUF parser rejected it" : errors.front();
+    return path + ": corrupt or truncated GGUF header (" + detail + ")";
+}
+
+}  // namespace
+
+void GgufFile::CtxFree::operator()(gguf_context *c) const {
+    gguf_free(c);
+}
+
+GgufFile GgufFile::open(const std::string &path) {
+    GgufFile f;
+    f.path_ = path;
+
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) {
+        throw Error("cannot open model file " + path + ": " + std::strerror(errno));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        throw Error(path + " is a directory, not a GGUF model file");
+    }
+    f.file_size_ = static_cast<uint64_t>(st.st_size);
+
+    // The magic is checked here so that "not a GGUF" reads as such rather than as a parser
+    // failure deep in the header.
+    {
+        FILE *fp = std::fopen(path.c_str(), "rb");
+        if (!fp) {
+            throw Error("cannot open model file " + path + ": " + std::strerror(errno));
+        }
+        char magic[4] = {0, 0, 0, 0};
+        const size_t got = std::fread(magic, 1, 4, fp);
+        std::fclose(fp);
+        if (got < 4 || std::memcmp(magic, "GGUF", 4) != 0) {
+            std::string shown;
+            for (size_t i = 0; i < got; ++i) {
+                const unsigned char c = static_cast<unsigned char>(magic[i]);
+                shown += (c >= 32 && c < 127) ? static_cast<char>(c) : '.';
+            }
+            throw Error(path + " is not a GGUF file (" +
+                        (got < 4 ? std::string("only ") + std::to_string(got) + " bytes long"
+                                 : "it starts with '" + shown + "', not 'GGUF'") +
+                        "); pass a .gguf model");
+        }
+    }
+
+    gguf_context *raw = nullptr;
+    {
+        LogCapture capture;
+        gguf_init_params params{/*no_alloc =*/true, /*ctx =*/nullptr};
+        raw = gguf_init_from_file(path.c_str(), params);
+        if (!raw) {
+            throw Error(explain_parse_failure(path, capture.errors));
+        }
+    }
+    f.ctx_.reset(raw);
+    f.data_offset_ = gguf_get_data_offset(raw);
+
+    const int64_t n = gguf_get_n_tensors(raw);
+    f.tensors_.reserve(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        TensorInfo t;
+        t.name = gguf_get_tensor_name(raw, i);
+        t.type = gguf_get_tensor_type(raw, i);
+        const int64_t *ne = gguf_get_tensor_ne(raw, i);
+        for (int d = 0; d < GGML_MAX_DIMS; ++d) {
+            t.ne[d] = ne[d];
+            if (ne[d] != 1) {
+                t.n_dims = d + 1;
+            }
+        }
+        t.n_dims = t.n_dims == 0 ? 1 : t.n_dims;
+        t.nb[0] = ggml_type_size(t.type);
+        t.nb[1] = ggml_row_size(t.type, t.ne[0]);
+        for (int d = 2; d < GGML_MAX_DIMS; ++d) {
+            t.nb[d] = t.nb[d - 1] * static_cast<uint64_t>(t.ne[d - 1]);
+        }
+        t.nbytes = gguf_get_tensor_size(raw, i);
+        t.file_offset = f.data_offset_ + gguf_get_tensor_offset(raw, i);
+        if (t.file_offset + t.nbytes > f.file_size_) {
+            throw Error(path + ": truncated: tensor '" + t.name + "' (" + ggml_type_name(t.type) + ", " +
+                        format_bytes(t.nbytes) + ") ends at byte " + std::to_string(t.file_offset + t.nbytes) +
+                        " but the file has only " + std::to_string(f.file_size_) +
+                        " bytes; the download or copy is incomplete, fetch or generate it again");
+        }
+        f.tensors_.push_back(std::move(t));
+    }
+    return f;
+}
+
+const TensorInfo *GgufFile::find_tensor(const std::string &name) const {
+    for (const auto &t : tensors_) {
+        if (t.name == name) {
+            return &t;
+        }
+    }
+    return nullptr;
+}
+
+bool GgufFile::has_key(const std::string &key) const {
+    return gguf_find_key(ctx(), key.c_str()) >= 0;
+}
+
+std::string GgufFile::architecture() const {
+    return get_string("general.architecture").value_or("");
+}
+
+std::optional<std::string> GgufFile::get_string(const std::string &key) const {
+    const int64_t id = gguf_find_key(ctx(), key.c_str());
+    if (id < 0 || gguf_get_kv_type(ctx(), id) != GGUF_TYPE_STRING) {
+        return std::nullopt;
+    }
+    return std::string(gguf_get_val_str(ctx(), id));
+}
+
+std::optional<int64_t> GgufFile::get_int(const std::string &key) const {
+    const int64_t id = gguf_find_key(ctx(), key.c_str());
+    if (id < 0) {
+        return std::nullopt;
+    }
+    switch (gguf_get_kv_type(ctx(), id)) {
+        case GGUF_TYPE_UINT8: return gguf_get_val_u8(ctx(), id);
+        case GGUF_TYPE_INT8: return gguf_get_val_i8(ctx(), id);
+        case GGUF_TYPE_UINT16: return gguf_get_val_u16(ctx(), id);
+        case GGUF_TYPE_INT16: return gguf_get_val_i16(ctx(), id);
+        case GGUF_TYPE_UINT32: return gguf_get_val_u32(ctx(), id);
+        case GGUF_TYPE_INT32: return gguf_get_val_i32(ctx(), id);
+        case GGUF_TYPE_UINT64: return static_cast<int64_t>(gguf_get_val_u64(ctx(), id));
+        case GGUF_TYPE_INT64: return gguf_get_val_i64(ctx(), id);
+        default: return std::nullopt;
+    }
+}
+
+}  // namespace epq

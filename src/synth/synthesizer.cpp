@@ -1,0 +1,227 @@
+#include "synth/synthesizer.h"
+
+#include "synth/model_layout.h"
+#include "synth/rng.h"
+#include "synth/vocab.h"
+#include "util/byte_size.h"
+#include "util/error.h"
+#include "util/progress.h"
+
+#include "gguf.h"
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <fcntl.h>
+#include <mutex>
+#include <sys/statvfs.h>
+#include <thread>
+#include <unistd.h>
+
+namespace epq {
+
+namespace {
+
+// Hands filled buffers to a thread that writes them, so generation and disk writes overlap.
+class BackgroundWriter {
+public:
+    BackgroundWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)), thread_([this] { run(); }) {}
+    ~BackgroundWriter() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        thread_.join();
+    }
+    BackgroundWriter(const BackgroundWriter &) = delete;
+    BackgroundWriter &operator=(const BackgroundWriter &) = delete;
+
+    // Takes ownership of `buf` and returns an empty buffer to fill next (the previous one,
+    // once written).
+    std::vector<uint8_t> submit(std::vector<uint8_t> buf) {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !pending_ || !error_.empty(); });
+        check_locked();
+        pending_ = true;
+        work_.swap(buf);
+        cv_.notify_all();
+        buf.clear();
+        return buf;
+    }
+
+    void drain() {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return !pending_ || !error_.empty(); });
+        check_locked();
+    }
+
+private:
+    void check_locked() const {
+        if (!error_.empty()) {
+            throw Error(error_);
+        }
+    }
+
+    void run() {
+        std::unique_lock<std::mutex> lock(mu_);
+        for (;;) {
+            cv_.wait(lock, [this] { return pending_ || stop_; });
+            if (!pending_) {
+                return;
+            }
+            std::vector<uint8_t> buf;
+            buf.swap(work_);
+            lock.unlock();
+            const std::string err = write_all(buf);
+            lock.lock();
+            work_.swap(buf);
+            pending_ = false;
+            if (!err.empty() && error_.empty()) {
+                error_ = err;
+            }
+            cv_.notify_all();
+        }
+    }
+
+    std::string write_all(const std::vector<uint8_t> &buf) const {
+        size_t off = 0;
+        while (off < buf.size()) {
+            const ssize_t n = ::write(fd_, buf.data() + off, buf.size() - off);
+            if (n < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                return "cannot write " + path_ + ": " + std::strerror(errno) +
+                       (errno == ENOSPC ? " (free some space or write elsewhere with -o)" : "");
+            }
+            off += static_cast<size_t>(n);
+        }
+        return "";
+    }
+
+    int fd_;
+    std::string path_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<uint8_t> work_;
+    bool pending_ = false;
+    bool stop_ = false;
+    std::string error_;
+    std::thread thread_;
+};
+
+struct Fd {
+    int fd = -1;
+    ~Fd() {
+        if (fd >= 0) {
+            ::close(fd);
+        }
+    }
+};
+
+std::string parent_dir(const std::string &path) {
+    const auto slash = path.rfind('/');
+    return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
+}  // namespace
+
+SynthResult synthesize(const SynthConfig &cfg, const std::string &out_path, const SynthOptions &opts) {
+    const auto t0 = std::chrono::steady_clock::now();
+    validate(cfg);
+    const Vocab vocab = Vocab::load(cfg.vocab);
+    const ModelLayout layout = build_layout(cfg, vocab.n_tokens());
+
+    std::unique_ptr<gguf_context, void (*)(gguf_context *)> g(gguf_init_empty(), gguf_free);
+    layout.write_metadata(g.get());
+    vocab.copy_into(g.get());
+
+    ggml_init_params ip{};
+    ip.mem_size = (layout.tensors.size() + 1) * ggml_tensor_overhead();
+    ip.no_alloc = true;
+    std::unique_ptr<ggml_context, void (*)(ggml_context *)> meta(ggml_init(ip), ggml_free);
+    for (const auto &t : layout.tensors) {
+        ggml_tensor *tensor = ggml_new_tensor(meta.get(), t.type, static_cast<int>(t.ne.size()), t.ne.data());
+        ggml_set_name(tensor, t.name.c_str());
+        gguf_add_tensor(g.get(), tensor);
+    }
+
+    std::vector<uint8_t> header(gguf_get_meta_size(g.get()));
+    gguf_get_meta_data(g.get(), header.data());
+    const size_t alignment = gguf_get_alignment(g.get());
+    uint64_t total = header.size();
+    for (int64_t i = 0; i < gguf_get_n_tensors(g.get()); ++i) {
+        total += GGML_PAD(gguf_get_tensor_size(g.get(), i), alignment);
+    }
+
+    struct statvfs vfs {};
+    if (statvfs(parent_dir(out_path).c_str(), &vfs) == 0) {
+        const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+        if (free_bytes < total) {
+            throw Error("not enough disk space for " + out_path + ": the model needs " + format_bytes(total) + ", " +
+                        format_bytes(free_bytes) + " free; free space or write elsewhere with -o");
+        }
+    }
+
+    const std::string tmp_path = out_path + ".partial";
+    Fd out;
+    out.fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out.fd < 0) {
+        throw Error("cannot create " + tmp_path + ": " + std::strerror(errno));
+    }
+
+    try {
+        Progress progress("synth " + cfg.preset, total, opts.progress);
+        UnitPoolCache pools(cfg.seed);
+        constexpr size_t kChunk = 16u << 20;
+        std::vector<uint8_t> buf = std::move(header);
+        {
+            BackgroundWriter writer(out.fd, tmp_path);
+            for (const auto &t : layout.tensors) {
+                int64_t nelements = 1;
+                for (auto d : t.ne) {
+                    nelements *= d;
+                }
+                TensorFiller filler(pools, t.type, t.ne[0], nelements, t.dist, cfg.seed ^ hash_string(t.name));
+                const uint64_t step = std::max<uint64_t>(1, kChunk / filler.unit_bytes()) * filler.unit_bytes();
+                for (uint64_t done = 0; done < filler.nbytes();) {
+                    const uint64_t n = std::min(step, filler.nbytes() - done);
+                    const size_t at = buf.size();
+                    buf.resize(at + n);
+                    filler.fill(buf.data() + at, n);
+                    done += n;
+                    if (buf.size() >= kChunk) {
+                        progress.advance(buf.size());
+                        buf = writer.submit(std::move(buf));
+                    }
+                }
+                const uint64_t pad = GGML_PAD(filler.nbytes(), alignment) - filler.nbytes();
+                buf.insert(buf.end(), pad, 0);
+            }
+            progress.advance(buf.size());
+            buf = writer.submit(std::move(buf));
+            writer.drain();
+        }
+        progress.finish();
+        if (::fsync(out.fd) != 0) {
+            throw Error("cannot write " + tmp_path + ": " + std::strerror(errno));
+        }
+        if (::rename(tmp_path.c_str(), out_path.c_str()) != 0) {
+            throw Error("cannot rename " + tmp_path + " to " + out_path + ": " + std::strerror(errno));
+        }
+    } catch (...) {
+        ::unlink(tmp_path.c_str());
+        throw;
+    }
+
+    SynthResult r;
+    r.path = out_path;
+    r.bytes = total;
+    r.n_tensors = layout.tensors.size();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+}  // namespace epq

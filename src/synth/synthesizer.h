@@ -1,0 +1,28 @@
+// Writes a synthetic MoE GGUF: metadata through ggml's gguf API, then every tensor's bytes
+// streamed to disk in chunks while the next chunk is generated, so memory use stays at a few
+// buffers whatever the model's size.
+#pragma once
+
+#include "synth/synth_config.h"
+
+#include <cstdint>
+#include <string>
+
+namespace epq {
+
+struct SynthResult {
+    std::string path;
+    uint64_t bytes = 0;
+    uint64_t n_tensors = 0;
+    double seconds = 0.0;
+};
+
+struct SynthOptions {
+    bool progress = true;
+};
+
+// Throws epq::Error (bad shape, unwritable output, disk full). The file appears under its name
+// only once complete: an interrupted run never leaves a truncated model behind.
+SynthResult synthesize(const SynthConfig& cfg, const std::string& out_path, const SynthOptions& opts = {});
+
+}  // namespace epq

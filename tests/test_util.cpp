@@ -1,0 +1,107 @@
+#include "test_util.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef EPQ_BINARY
+#error "EPQ_BINARY must point at the built epq"
+#endif
+
+namespace epq::test {
+
+namespace {
+
+struct TempDir {
+    std::string path;
+    TempDir() {
+        const char *base = std::getenv("TMPDIR");
+        std::string tmpl = std::string(base && *base ? base : "/tmp") + "/epq-test-XXXXXX";
+        std::vector<char> buf(tmpl.begin(), tmpl.end());
+        buf.push_back('\0');
+        if (!mkdtemp(buf.data())) {
+            std::perror("mkdtemp");
+            std::abort();
+        }
+        path = buf.data();
+    }
+    ~TempDir() {
+        const std::string cmd = "rm -rf '" + path + "'";
+        if (std::system(cmd.c_str()) != 0) {
+            std::fprintf(stderr, "could not remove %s\n", path.c_str());
+        }
+    }
+};
+
+std::string slurp(const std::string &path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string quote(const std::string &s) {
+    std::string q = "'";
+    for (char c : s) {
+        q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    return q + "'";
+}
+
+}  // namespace
+
+const std::string &temp_dir() {
+    static TempDir dir;
+    return dir.path;
+}
+
+std::string synth_model(const std::string &name, const SynthConfig &cfg) {
+    static std::map<std::string, std::string> made;
+    auto it = made.find(name);
+    if (it != made.end()) {
+        return it->second;
+    }
+    const std::string path = temp_dir() + "/" + name + ".gguf";
+    SynthOptions opts;
+    opts.progress = false;
+    synthesize(cfg, path, opts);
+    return made[name] = path;
+}
+
+SynthConfig tiny(const std::string &arch, const std::string &quant, uint64_t seed) {
+    SynthConfig cfg = make_preset("tiny-" + arch);
+    cfg.quant = make_quant_preset(quant);
+    cfg.quant_name = quant;
+    cfg.seed = seed;
+    return cfg;
+}
+
+std::vector<uint8_t> read_file(const std::string &path) {
+    const std::string s = slurp(path);
+    return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+void write_file(const std::string &path, const std::vector<uint8_t> &bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+CommandResult run_epq(const std::vector<std::string> &args) {
+    static int counter = 0;
+    const std::string base = temp_dir() + "/cmd" + std::to_string(counter++);
+    std::string cmd = quote(EPQ_BINARY);
+    for (const auto &a : args) {
+        cmd += " " + quote(a);
+    }
+    cmd += " >" + quote(base + ".out") + " 2>" + quote(base + ".err") + " </dev/null";
+    const int status = std::system(cmd.c_str());
+    CommandResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    r.out = slurp(base + ".out");
+    r.err = slurp(base + ".err");
+    return r;
+}
+
+}  // namespace epq::test

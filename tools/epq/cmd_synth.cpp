@@ -1,0 +1,143 @@
+#include "commands.h"
+
+#include "synth/synthesizer.h"
+#include "util/byte_size.h"
+#include "util/error.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace epq::cli {
+
+namespace {
+
+std::string preset_help() {
+    std::string s = "shape preset:";
+    for (const auto& p : list_presets()) {
+        s += "\n  " + p.name + ": " + p.description;
+    }
+    return s;
+}
+
+}  // namespace
+
+Handler add_synth(CLI::App& app) {
+    auto* sub = app.add_subcommand("synth", "write a synthetic MoE GGUF (random weights, real shapes, real tokenizer)");
+    struct Opts {
+        std::string preset, out, quant;
+        std::vector<std::string> types;
+        uint64_t seed = 42;
+        uint32_t layers = 0, embd = 0, experts = 0, experts_used = 0, expert_ff = 0, shared_ff = 0;
+        uint32_t heads = 0, heads_kv = 0, head_dim = 0, ctx_train = 0, full_attn_interval = 0;
+        uint32_t ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_conv = 0;
+        bool tie = false, untie = false, quiet = false;
+        std::string vocab;
+    };
+    auto o = std::make_shared<Opts>();
+    sub->add_option("--preset", o->preset, preset_help())->required();
+    sub->add_option("-o,--output", o->out, "output .gguf path")->required();
+    sub->add_option("--seed", o->seed, "random seed: the same arguments always give a byte-identical file")
+        ->capture_default_str();
+    sub->add_option("--quant", o->quant,
+                    "expert quantization: 'mixed' (default: Q4_K gate/up, down Q6_K in the first half of the "
+                    "layers and Q4_K in the rest) or one ggml type for every expert (q4_k, q5_k, q6_k, q8_0, q4_0, "
+                    "f16, f32, ...)");
+    sub->add_option("--type", o->types,
+                    "KIND=TYPE, repeatable; kinds: token_embd, output, attn, ffn_gate_exps, ffn_up_exps, "
+                    "ffn_down_exps, ffn_down_exps_alt (down in the second half of the layers), shexp, "
+                    "experts (all four expert kinds)");
+    sub->add_option("--layers", o->layers, "number of layers");
+    sub->add_option("--embd", o->embd, "hidden size (n_embd)");
+    sub->add_option("--experts", o->experts, "routed experts per layer");
+    sub->add_option("--experts-used", o->experts_used, "experts selected per token (top-k)");
+    sub->add_option("--expert-ff", o->expert_ff, "routed expert hidden size");
+    sub->add_option("--shared-ff", o->shared_ff, "shared expert hidden size (qwen35moe)");
+    sub->add_option("--heads", o->heads, "attention heads");
+    sub->add_option("--heads-kv", o->heads_kv, "key/value heads");
+    sub->add_option("--head-dim", o->head_dim, "attention head size");
+    sub->add_option("--ctx-train", o->ctx_train, "trained context length written to the metadata");
+    sub->add_option("--full-attn-interval", o->full_attn_interval, "qwen35moe: every Nth layer is full attention");
+    sub->add_option("--ssm-state", o->ssm_state, "qwen35moe: gated delta net head size (ssm.state_size)");
+    sub->add_option("--ssm-k-heads", o->ssm_k_heads, "qwen35moe: linear attention key heads (ssm.group_count)");
+    sub->add_option("--ssm-v-heads", o->ssm_v_heads, "qwen35moe: linear attention value heads (ssm.time_step_rank)");
+    sub->add_option("--ssm-conv", o->ssm_conv, "qwen35moe: convolution kernel (ssm.conv_kernel)");
+    sub->add_flag("--tie-embeddings", o->tie, "no output.weight: the head reuses token_embd");
+    sub->add_flag("--untie-embeddings", o->untie, "write a separate output.weight");
+    sub->add_option("--vocab", o->vocab,
+                    "tokenizer: ggml-vocab-NAME.gguf of the pinned llama.cpp (default: the family's)");
+    sub->add_flag("-q,--quiet", o->quiet, "no progress bar");
+
+    return [o]() {
+        SynthConfig cfg = make_preset(o->preset);
+        if (!o->quant.empty()) {
+            cfg.quant = make_quant_preset(o->quant);
+            cfg.quant_name = o->quant;
+        }
+        for (const auto& kv : o->types) {
+            const auto eq = kv.find('=');
+            if (eq == std::string::npos) {
+                throw Error("--type expects KIND=TYPE, got '" + kv + "'");
+            }
+            const std::string kind = kv.substr(0, eq);
+            const ggml_type t = parse_ggml_type(kv.substr(eq + 1));
+            const auto& kinds = quant_kinds();
+            if (kind == "experts") {
+                for (const char* k : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_down_exps_alt"}) {
+                    cfg.quant.types[k] = t;
+                }
+            } else if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) {
+                cfg.quant.types[kind] = t;
+            } else {
+                std::string names = "experts";
+                for (const auto& k : kinds) {
+                    names += ", " + k;
+                }
+                throw Error("unknown tensor kind '" + kind + "' in --type; kinds: " + names);
+            }
+            cfg.quant_name += (cfg.quant_name.empty() ? "" : ",") + kv;
+        }
+        auto& s = cfg.shape;
+        auto set = [](uint32_t v, uint32_t& field) {
+            if (v) {
+                field = v;
+            }
+        };
+        set(o->layers, s.n_layer);
+        set(o->embd, s.n_embd);
+        set(o->experts, s.n_expert);
+        set(o->experts_used, s.n_expert_used);
+        set(o->expert_ff, s.n_ff_exp);
+        set(o->shared_ff, s.n_ff_shexp);
+        set(o->heads, s.n_head);
+        set(o->heads_kv, s.n_head_kv);
+        set(o->head_dim, s.head_dim);
+        set(o->ctx_train, s.n_ctx_train);
+        set(o->full_attn_interval, s.full_attn_interval);
+        set(o->ssm_state, s.ssm_head_k_dim);
+        set(o->ssm_state, s.ssm_head_v_dim);
+        set(o->ssm_k_heads, s.ssm_n_k_heads);
+        set(o->ssm_v_heads, s.ssm_n_v_heads);
+        set(o->ssm_conv, s.ssm_d_conv);
+        if (o->tie && o->untie) {
+            throw Error("--tie-embeddings and --untie-embeddings contradict each other");
+        }
+        if (o->tie || o->untie) {
+            s.tie_embeddings = o->tie;
+        }
+        if (!o->vocab.empty()) {
+            cfg.vocab = o->vocab;
+        }
+        cfg.seed = o->seed;
+
+        SynthOptions opts;
+        opts.progress = !o->quiet;
+        const SynthResult r = synthesize(cfg, o->out, opts);
+        std::fprintf(
+            stderr, "epq: wrote %s: %s, %llu tensors, %s in %.1f s (%s/s)\n", r.path.c_str(), cfg.shape.arch.c_str(),
+            static_cast<unsigned long long>(r.n_tensors), format_bytes(r.bytes).c_str(), r.seconds,
+            format_bytes(static_cast<uint64_t>(static_cast<double>(r.bytes) / std::max(r.seconds, 1e-9))).c_str());
+        return 0;
+    };
+}
+
+}  // namespace epq::cli
