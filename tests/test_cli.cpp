@@ -86,3 +86,17 @@ TEST(Cli, RunRejectsBadArguments) {
     EXPECT_EQ(small_ctx.exit_code, 1);
     EXPECT_NE(small_ctx.err.find("raise -c"), std::string::npos) << small_ctx.err;
 }
+
+TEST(Cli, DemoGeneratesItsModelOnceThenRuns) {
+    const std::string dir = temp_dir() + "/demo";
+    setenv("EPQ_DEMO_DIR", dir.c_str(), 1);
+    const CommandResult first = run_epq({"demo", "-n", "6", "-t", "2"});
+    ASSERT_EQ(first.exit_code, 0) << first.err;
+    EXPECT_NE(first.err.find("generating the demo model"), std::string::npos) << first.err;
+    EXPECT_FALSE(first.out.empty());
+    const CommandResult second = run_epq({"demo", "-n", "6", "-t", "2"});
+    ASSERT_EQ(second.exit_code, 0) << second.err;
+    EXPECT_EQ(second.err.find("generating the demo model"), std::string::npos) << "regenerated the demo model";
+    EXPECT_EQ(first.out, second.out);
+    unsetenv("EPQ_DEMO_DIR");
+}

@@ -74,7 +74,7 @@ const std::vector<Preset> &presets() {
              s.n_head = 4, s.n_head_kv = 4, s.head_dim = 64;
              return with(s, "tiny-olmoe", "gpt-neox");
          }},
-        {"demo", "demo model (~0.5 GB): qwen3moe, 8 layers, n_embd 1024, 64 experts top-8",
+        {"demo", "demo model (~0.7 GB): qwen3moe, 8 layers, n_embd 1024, 64 experts top-8",
          [] {
              SynthShape s = qwen3moe_shape();
              s.n_layer = 8, s.n_embd = 1024, s.n_expert = 64, s.n_expert_used = 8, s.n_ff_exp = 512;
