@@ -23,9 +23,9 @@ struct TensorDef {
     ggml_type type = GGML_TYPE_F32;
 };
 
-std::string write_gguf(const std::string& name, const std::string& arch, const std::vector<TensorDef>& tensors,
+std::string write_gguf(const std::string & name, const std::string & arch, const std::vector<TensorDef> & tensors,
                        int expert_count, int expert_used) {
-    gguf_context* g = gguf_init_empty();
+    gguf_context * g = gguf_init_empty();
     gguf_set_val_str(g, "general.architecture", arch.c_str());
     gguf_set_val_u32(g, (arch + ".block_count").c_str(), 2);
     if (expert_count >= 0) {
@@ -35,9 +35,9 @@ std::string write_gguf(const std::string& name, const std::string& arch, const s
         gguf_set_val_u32(g, (arch + ".expert_used_count").c_str(), static_cast<uint32_t>(expert_used));
     }
     ggml_init_params ip{64 * 1024 * 1024, nullptr, false};
-    ggml_context* ctx = ggml_init(ip);
-    for (const auto& d : tensors) {
-        ggml_tensor* t = ggml_new_tensor(ctx, d.type, static_cast<int>(d.ne.size()), d.ne.data());
+    ggml_context * ctx = ggml_init(ip);
+    for (const auto & d : tensors) {
+        ggml_tensor * t = ggml_new_tensor(ctx, d.type, static_cast<int>(d.ne.size()), d.ne.data());
         ggml_set_name(t, d.name.c_str());
         std::memset(t->data, 0x11, ggml_nbytes(t));
         gguf_add_tensor(g, t);
@@ -62,7 +62,7 @@ std::vector<TensorDef> moe_tensors(int n_expert) {
 }
 
 // Offset of tensor `name`'s info record (just past its name) in the header bytes.
-size_t tensor_info_offset(const std::vector<uint8_t>& bytes, const std::string& name) {
+size_t tensor_info_offset(const std::vector<uint8_t> & bytes, const std::string & name) {
     std::vector<uint8_t> needle(8 + name.size());
     const uint64_t len = name.size();
     std::memcpy(needle.data(), &len, 8);
@@ -72,17 +72,17 @@ size_t tensor_info_offset(const std::vector<uint8_t>& bytes, const std::string& 
     return static_cast<size_t>(it - bytes.begin()) + needle.size();
 }
 
-std::string error_of(const std::string& path) {
+std::string error_of(const std::string & path) {
     try {
         ExpertIndex::build(GgufFile::open(path));
-    } catch (const Error& e) {
+    } catch (const Error & e) {
         return e.what();
     }
     return "";
 }
 
 // The command line gives the same verdict: exit 1, one line on stderr, nothing on stdout.
-void expect_cli_error(const std::string& path, const std::string& fragment) {
+void expect_cli_error(const std::string & path, const std::string & fragment) {
     for (const std::string cmd : {"inspect", "run"}) {
         std::vector<std::string> args = {cmd, "-m", path};
         if (cmd == "run") {

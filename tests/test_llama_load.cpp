@@ -14,9 +14,10 @@ using namespace epq::test;
 
 namespace {
 
-const char* kText = "The quick brown fox jumps over the lazy dog. It was the best of times, it was the worst of times.";
+const char * kText =
+    "The quick brown fox jumps over the lazy dog. It was the best of times, it was the worst of times.";
 
-void expect_finite_varied_logits(const std::string& path, bool repack = false) {
+void expect_finite_varied_logits(const std::string & path, bool repack = false) {
     set_llama_verbosity(false);
     SessionOptions so;
     so.n_ctx = 256;
@@ -28,7 +29,7 @@ void expect_finite_varied_logits(const std::string& path, bool repack = false) {
     s.decode(tokens);
     llama_token next = 0;
     for (int step = 0; step < 4; ++step) {
-        const float* logits = s.logits();
+        const float * logits = s.logits();
         ASSERT_NE(logits, nullptr);
         float lo = INFINITY, hi = -INFINITY;
         for (int32_t i = 0; i < s.n_vocab(); ++i) {

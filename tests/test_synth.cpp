@@ -36,7 +36,7 @@ TEST(Synth, DifferentSeedGivesDifferentWeights) {
     ASSERT_EQ(ba.size(), bb.size());
     // Compare the expert bytes of layer 0 only: the metadata records the seed as well.
     const GgufFile fa = GgufFile::open(a);
-    const TensorInfo *t = fa.find_tensor("blk.0.ffn_gate_exps.weight");
+    const TensorInfo * t = fa.find_tensor("blk.0.ffn_gate_exps.weight");
     ASSERT_NE(t, nullptr);
     size_t same = 0;
     for (uint64_t i = t->file_offset; i < t->file_offset + t->nbytes; ++i) {
@@ -58,9 +58,9 @@ TEST(Synth, WritesTheRequestedShapeAndTypes) {
     EXPECT_EQ(f.get_int("qwen3moe.expert_count"), 20);
     EXPECT_EQ(f.get_int("qwen3moe.expert_used_count"), 3);
     EXPECT_EQ(f.get_int("qwen3moe.expert_feed_forward_length"), 512);
-    const TensorInfo *up = f.find_tensor("blk.2.ffn_up_exps.weight");
-    const TensorInfo *down0 = f.find_tensor("blk.0.ffn_down_exps.weight");
-    const TensorInfo *down2 = f.find_tensor("blk.2.ffn_down_exps.weight");
+    const TensorInfo * up = f.find_tensor("blk.2.ffn_up_exps.weight");
+    const TensorInfo * down0 = f.find_tensor("blk.0.ffn_down_exps.weight");
+    const TensorInfo * down2 = f.find_tensor("blk.2.ffn_down_exps.weight");
     ASSERT_TRUE(up && down0 && down2);
     EXPECT_EQ(up->type, GGML_TYPE_Q5_K);
     EXPECT_EQ(up->ne[0], 256);
@@ -79,7 +79,7 @@ TEST(Synth, EmbedsTheFamilysRealTokenizer) {
     const int64_t id = gguf_find_key(f.ctx(), "tokenizer.ggml.tokens");
     ASSERT_GE(id, 0);
     EXPECT_EQ(gguf_get_arr_n(f.ctx(), id), 151936u);
-    const TensorInfo *embd = f.find_tensor("token_embd.weight");
+    const TensorInfo * embd = f.find_tensor("token_embd.weight");
     ASSERT_NE(embd, nullptr);
     EXPECT_EQ(embd->ne[1], 151936);
 }
@@ -94,7 +94,7 @@ TEST(Synth, Qwen35RecurrentLayersIsABoolArray) {
     ASSERT_EQ(gguf_get_kv_type(f.ctx(), id), GGUF_TYPE_ARRAY);
     ASSERT_EQ(gguf_get_arr_type(f.ctx(), id), GGUF_TYPE_BOOL);
     ASSERT_EQ(gguf_get_arr_n(f.ctx(), id), 8u);
-    const auto *flags = static_cast<const int8_t *>(gguf_get_arr_data(f.ctx(), id));
+    const auto * flags = static_cast<const int8_t *>(gguf_get_arr_data(f.ctx(), id));
     const int8_t expected[8] = {1, 1, 1, 0, 1, 1, 1, 0};
     for (int i = 0; i < 8; ++i) {
         EXPECT_EQ(flags[i], expected[i]) << "layer " << i;

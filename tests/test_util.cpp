@@ -19,7 +19,7 @@ namespace {
 struct TempDir {
     std::string path;
     TempDir() {
-        const char *base = std::getenv("TMPDIR");
+        const char * base = std::getenv("TMPDIR");
         std::string tmpl = std::string(base && *base ? base : "/tmp") + "/epq-test-XXXXXX";
         std::vector<char> buf(tmpl.begin(), tmpl.end());
         buf.push_back('\0');
@@ -37,12 +37,12 @@ struct TempDir {
     }
 };
 
-std::string slurp(const std::string &path) {
+std::string slurp(const std::string & path) {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-std::string quote(const std::string &s) {
+std::string quote(const std::string & s) {
     std::string q = "'";
     for (char c : s) {
         q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -52,12 +52,12 @@ std::string quote(const std::string &s) {
 
 }  // namespace
 
-const std::string &temp_dir() {
+const std::string & temp_dir() {
     static TempDir dir;
     return dir.path;
 }
 
-std::string synth_model(const std::string &name, const SynthConfig &cfg) {
+std::string synth_model(const std::string & name, const SynthConfig & cfg) {
     static std::map<std::string, std::string> made;
     auto it = made.find(name);
     if (it != made.end()) {
@@ -70,7 +70,7 @@ std::string synth_model(const std::string &name, const SynthConfig &cfg) {
     return made[name] = path;
 }
 
-SynthConfig tiny(const std::string &arch, const std::string &quant, uint64_t seed) {
+SynthConfig tiny(const std::string & arch, const std::string & quant, uint64_t seed) {
     SynthConfig cfg = make_preset("tiny-" + arch);
     cfg.quant = make_quant_preset(quant);
     cfg.quant_name = quant;
@@ -78,21 +78,21 @@ SynthConfig tiny(const std::string &arch, const std::string &quant, uint64_t see
     return cfg;
 }
 
-std::vector<uint8_t> read_file(const std::string &path) {
+std::vector<uint8_t> read_file(const std::string & path) {
     const std::string s = slurp(path);
     return std::vector<uint8_t>(s.begin(), s.end());
 }
 
-void write_file(const std::string &path, const std::vector<uint8_t> &bytes) {
+void write_file(const std::string & path, const std::vector<uint8_t> & bytes) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
-CommandResult run_epq(const std::vector<std::string> &args) {
+CommandResult run_epq(const std::vector<std::string> & args) {
     static int counter = 0;
     const std::string base = temp_dir() + "/cmd" + std::to_string(counter++);
     std::string cmd = quote(EPQ_BINARY);
-    for (const auto &a : args) {
+    for (const auto & a : args) {
         cmd += " " + quote(a);
     }
     cmd += " >" + quote(base + ".out") + " 2>" + quote(base + ".err") + " </dev/null";

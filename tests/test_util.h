@@ -10,16 +10,16 @@
 namespace epq::test {
 
 // A fresh directory under $TMPDIR, removed at process exit.
-const std::string& temp_dir();
+const std::string & temp_dir();
 
 // Synthesizes `cfg` into the temp dir under `name` (once per process) and returns its path.
-std::string synth_model(const std::string& name, const SynthConfig& cfg);
+std::string synth_model(const std::string & name, const SynthConfig & cfg);
 
 // A tiny preset as a config, with optional quant preset and seed.
-SynthConfig tiny(const std::string& arch, const std::string& quant = "mixed", uint64_t seed = 42);
+SynthConfig tiny(const std::string & arch, const std::string & quant = "mixed", uint64_t seed = 42);
 
-std::vector<uint8_t> read_file(const std::string& path);
-void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
+std::vector<uint8_t> read_file(const std::string & path);
+void write_file(const std::string & path, const std::vector<uint8_t> & bytes);
 
 struct CommandResult {
     int exit_code = -1;
@@ -27,6 +27,6 @@ struct CommandResult {
     std::string err;  // stderr
 };
 // Runs the built epq binary with `args` (shell-quoted here).
-CommandResult run_epq(const std::vector<std::string>& args);
+CommandResult run_epq(const std::vector<std::string> & args);
 
 }  // namespace epq::test

@@ -9,7 +9,7 @@ namespace {
 
 using SamplerPtr = std::unique_ptr<llama_sampler, void (*)(llama_sampler *)>;
 
-SamplerPtr make_sampler(const SamplingOptions &s) {
+SamplerPtr make_sampler(const SamplingOptions & s) {
     SamplerPtr chain(llama_sampler_chain_init(llama_sampler_chain_default_params()), llama_sampler_free);
     if (s.temp <= 0.0f) {
         llama_sampler_chain_add(chain.get(), llama_sampler_init_greedy());
@@ -28,19 +28,26 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-GenerationStats generate(LlamaSession &session, const std::vector<llama_token> &prompt_tokens, int n_predict,
-                         const SamplingOptions &sampling, const PieceSink &sink) {
+GenerationStats generate(LlamaSession & session, const std::vector<llama_token> & prompt_tokens, int n_predict,
+                         const SamplingOptions & sampling, const PieceSink & sink, const LogitsObserver & observe) {
     GenerationStats st;
     st.n_prompt = static_cast<int>(prompt_tokens.size());
     auto sampler = make_sampler(sampling);
 
-    auto t0 = std::chrono::steady_clock::now();
+    const auto start = std::chrono::steady_clock::now();
+    auto t0 = start;
     session.decode(prompt_tokens);
     st.prefill_seconds = seconds_since(t0);
 
     t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < n_predict; ++i) {
+        if (observe) {
+            observe(i, session.logits(), session.n_vocab());
+        }
         const llama_token tok = llama_sampler_sample(sampler.get(), session.ctx(), -1);
+        if (i == 0) {
+            st.first_token_seconds = seconds_since(start);
+        }
         if (llama_vocab_is_eog(session.vocab(), tok)) {
             break;
         }

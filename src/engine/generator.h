@@ -23,16 +23,20 @@ struct GenerationStats {
     int n_generated = 0;
     double prefill_seconds = 0.0;
     double decode_seconds = 0.0;
+    double first_token_seconds = 0.0;  // from the start of generate() to the first sampled token
     double prefill_tps() const { return prefill_seconds > 0 ? n_prompt / prefill_seconds : 0.0; }
     double decode_tps() const { return decode_seconds > 0 ? n_generated / decode_seconds : 0.0; }
 };
 
 // Called with each generated piece of text; return false to stop.
-using PieceSink = std::function<bool(const std::string& piece, llama_token token)>;
+using PieceSink = std::function<bool(const std::string & piece, llama_token token)>;
+// Called before each token is chosen, with the logits it is chosen from.
+using LogitsObserver = std::function<void(int step, const float * logits, int32_t n_vocab)>;
 
 // Generates up to n_predict tokens after `prompt_tokens`; stops early at an end-of-generation
 // token. Throws epq::Error on decode failure.
-GenerationStats generate(LlamaSession& session, const std::vector<llama_token>& prompt_tokens, int n_predict,
-                         const SamplingOptions& sampling, const PieceSink& sink);
+GenerationStats generate(LlamaSession & session, const std::vector<llama_token> & prompt_tokens, int n_predict,
+                         const SamplingOptions & sampling, const PieceSink & sink,
+                         const LogitsObserver & observe = nullptr);
 
 }  // namespace epq

@@ -10,7 +10,7 @@ namespace {
 
 ggml_log_level g_last_level = GGML_LOG_LEVEL_NONE;
 
-void quiet_logger(ggml_log_level level, const char *text, void *) {
+void quiet_logger(ggml_log_level level, const char * text, void *) {
     // CONT lines continue the previous message at its level.
     if (level == GGML_LOG_LEVEL_CONT) {
         level = g_last_level;
@@ -22,7 +22,7 @@ void quiet_logger(ggml_log_level level, const char *text, void *) {
     }
 }
 
-void verbose_logger(ggml_log_level, const char *text, void *) {
+void verbose_logger(ggml_log_level, const char * text, void *) {
     std::fputs(text, stderr);
 }
 

@@ -1,5 +1,6 @@
 #include "engine/llama_session.h"
 
+#include "backend/pager_device.h"
 #include "util/error.h"
 
 #include <mutex>
@@ -15,10 +16,11 @@ void init_backend_once() {
 
 }  // namespace
 
-LlamaSession::LlamaSession(const std::string &model_path, const SessionOptions &opts) : opts_(opts) {
+LlamaSession::LlamaSession(const std::string & model_path, const SessionOptions & opts) : opts_(opts) {
     init_backend_once();
     llama_model_params mp = llama_model_default_params();
     mp.use_extra_bufts = opts.use_extra_bufts;
+    mp.tensor_buft_overrides = opts.overrides;
     model_ = llama_model_load_from_file(model_path.c_str(), mp);
     if (!model_) {
         throw Error("llama.cpp could not load " + model_path + " (its reason is printed above)");
@@ -42,7 +44,7 @@ LlamaSession::~LlamaSession() {
     llama_model_free(model_);
 }
 
-std::vector<llama_token> LlamaSession::tokenize(const std::string &text, bool add_special) const {
+std::vector<llama_token> LlamaSession::tokenize(const std::string & text, bool add_special) const {
     const int32_t len = static_cast<int32_t>(text.size());
     std::vector<llama_token> out(text.size() + 8);
     int32_t n =
@@ -69,7 +71,7 @@ std::string LlamaSession::piece(llama_token token) const {
     return std::string(buf, static_cast<size_t>(n));
 }
 
-void LlamaSession::decode(const std::vector<llama_token> &tokens) {
+void LlamaSession::decode(const std::vector<llama_token> & tokens) {
     const uint32_t used = static_cast<uint32_t>(llama_memory_seq_pos_max(llama_get_memory(ctx_), 0) + 1);
     if (used + tokens.size() > llama_n_ctx(ctx_)) {
         throw Error("the context is full (" + std::to_string(llama_n_ctx(ctx_)) + " tokens): raise -c");
@@ -79,12 +81,15 @@ void LlamaSession::decode(const std::vector<llama_token> &tokens) {
         llama_batch batch = llama_batch_get_one(const_cast<llama_token *>(tokens.data() + i), static_cast<int32_t>(n));
         const int32_t rc = llama_decode(ctx_, batch);
         if (rc != 0) {
+            if (opts_.overrides && *pager_last_error()) {
+                throw Error(pager_last_error());
+            }
             throw Error("llama_decode failed (code " + std::to_string(rc) + ")");
         }
     }
 }
 
-const float *LlamaSession::logits() const {
+const float * LlamaSession::logits() const {
     return llama_get_logits_ith(ctx_, -1);
 }
 

@@ -19,34 +19,36 @@ struct SessionOptions {
     // Weight repacking changes which kernel computes a matmul, so exact comparisons run
     // without it (llama.cpp's -nr).
     bool use_extra_bufts = false;
+    // Expert tensors to the pager's buffer type (PagedModel::overrides); null for stock.
+    const llama_model_tensor_buft_override * overrides = nullptr;
 };
 
 class LlamaSession {
 public:
     // Throws epq::Error with llama.cpp's reason when the model cannot be loaded.
-    LlamaSession(const std::string &model_path, const SessionOptions &opts);
+    LlamaSession(const std::string & model_path, const SessionOptions & opts);
     ~LlamaSession();
     LlamaSession(const LlamaSession &) = delete;
-    LlamaSession &operator=(const LlamaSession &) = delete;
+    LlamaSession & operator=(const LlamaSession &) = delete;
 
-    llama_model *model() const { return model_; }
-    llama_context *ctx() const { return ctx_; }
-    const llama_vocab *vocab() const { return llama_model_get_vocab(model_); }
+    llama_model * model() const { return model_; }
+    llama_context * ctx() const { return ctx_; }
+    const llama_vocab * vocab() const { return llama_model_get_vocab(model_); }
     int32_t n_vocab() const { return llama_vocab_n_tokens(vocab()); }
 
-    std::vector<llama_token> tokenize(const std::string &text, bool add_special) const;
+    std::vector<llama_token> tokenize(const std::string & text, bool add_special) const;
     std::string piece(llama_token token) const;
 
     // Decodes `tokens` after what the context already holds, in batches of n_batch.
     // Throws epq::Error on failure. Logits of the last token are then at logits().
-    void decode(const std::vector<llama_token> &tokens);
-    const float *logits() const;
+    void decode(const std::vector<llama_token> & tokens);
+    const float * logits() const;
 
     void clear();  // forget the context (KV cache and recurrent state)
 
 private:
-    llama_model *model_ = nullptr;
-    llama_context *ctx_ = nullptr;
+    llama_model * model_ = nullptr;
+    llama_context * ctx_ = nullptr;
     SessionOptions opts_;
 };
 

@@ -1,5 +1,7 @@
 #include "gguf/expert_index.h"
 
+#include "gguf/slot_layout.h"
+
 #include "util/byte_size.h"
 #include "util/error.h"
 
@@ -13,14 +15,14 @@ namespace {
 
 // llama.cpp names every merged routed-expert tensor blk.<layer>.ffn_<kind>_exps.weight,
 // whatever the architecture.
-const std::regex& expert_tensor_pattern() {
+const std::regex & expert_tensor_pattern() {
     static const std::regex re(R"(^blk\.(\d+)\.ffn_([a-z_]+)_exps\.weight$)");
     return re;
 }
 
 }  // namespace
 
-ExpertIndex ExpertIndex::build(const GgufFile& file) {
+ExpertIndex ExpertIndex::build(const GgufFile & file) {
     ExpertIndex idx;
     idx.arch = file.architecture();
     idx.file_size = file.file_size();
@@ -34,7 +36,7 @@ ExpertIndex ExpertIndex::build(const GgufFile& file) {
 
     std::map<int, ExpertLayer> by_layer;
     std::smatch m;
-    for (const auto& t : file.tensors()) {
+    for (const auto & t : file.tensors()) {
         if (!std::regex_match(t.name, m, expert_tensor_pattern())) {
             idx.dense_bytes += t.nbytes;
             continue;
@@ -53,7 +55,7 @@ ExpertIndex ExpertIndex::build(const GgufFile& file) {
         e.expert_stride = t.nb[2];
         e.file_offset = t.file_offset;
         const int il = std::stoi(m[1].str());
-        auto& layer = by_layer[il];
+        auto & layer = by_layer[il];
         layer.layer = il;
         layer.expert_bytes += e.expert_stride;
         layer.tensors.push_back(std::move(e));
@@ -74,46 +76,52 @@ ExpertIndex ExpertIndex::build(const GgufFile& file) {
     }
     idx.n_expert_used = static_cast<uint32_t>(*n_used);
 
-    for (auto& [il, layer] : by_layer) {
+    for (auto & [il, layer] : by_layer) {
         if (n_layer && il >= *n_layer) {
             throw Error(file.path() + ": expert tensor of layer " + std::to_string(il) + " but the model has only " +
                         std::to_string(*n_layer) + " layers");
         }
-        for (const auto& e : layer.tensors) {
+        for (const auto & e : layer.tensors) {
             if (e.ne[2] != idx.n_expert) {
                 throw Error(file.path() + ": expert tensor '" + e.name + "' holds " + std::to_string(e.ne[2]) +
                             " experts but " + idx.arch + ".expert_count is " + std::to_string(idx.n_expert));
             }
         }
         std::sort(layer.tensors.begin(), layer.tensors.end(),
-                  [](const ExpertTensor& a, const ExpertTensor& b) { return a.file_offset < b.file_offset; });
+                  [](const ExpertTensor & a, const ExpertTensor & b) { return a.file_offset < b.file_offset; });
+        layer.slot_bytes = place_matrices(layer.tensors, nullptr);
         idx.layers.push_back(layer);
     }
 
     std::map<uint64_t, SizeClass> classes;
-    for (const auto& layer : idx.layers) {
-        auto& c = classes[layer.expert_bytes];
+    for (const auto & layer : idx.layers) {
+        auto & c = classes[layer.expert_bytes];
         c.expert_bytes = layer.expert_bytes;
+        c.slot_bytes = std::max(c.slot_bytes, layer.slot_bytes);
         c.layers.push_back(layer.layer);
     }
-    for (auto& [bytes, c] : classes) {
+    for (auto & [bytes, c] : classes) {
         idx.size_classes.push_back(c);
     }
 
     // One MUL_MAT_ID reads all the experts a token selected in a layer at once, so the
-    // arena must be able to pin that many experts of the largest size at the same time.
-    const uint64_t largest = idx.size_classes.back().expert_bytes;
+    // arena must be able to pin that many experts of the largest slot size at the same time.
+    uint64_t largest = 0;
+    for (const auto & c : idx.size_classes) {
+        largest = std::max(largest, c.slot_bytes);
+    }
     idx.min_arena_bytes = static_cast<uint64_t>(idx.n_expert_used) * largest;
-    idx.min_arena_reason = "a token's " + std::to_string(idx.n_expert_used) +
-                           " selected experts of one layer must be resident together while the "
-                           "layer's expert matmuls read them: " +
-                           std::to_string(idx.n_expert_used) + " x " + std::to_string(largest) +
-                           " B (largest expert) = " + format_bytes(idx.min_arena_bytes);
+    idx.min_arena_reason =
+        "a token's " + std::to_string(idx.n_expert_used) +
+        " selected experts of one layer must be resident together while the "
+        "layer's expert matmuls read them: " +
+        std::to_string(idx.n_expert_used) + " x " + std::to_string(largest) +
+        " B (largest expert slot, matrices page-aligned for direct reads) = " + format_bytes(idx.min_arena_bytes);
     return idx;
 }
 
-const ExpertLayer* ExpertIndex::layer(int il) const {
-    for (const auto& l : layers) {
+const ExpertLayer * ExpertIndex::layer(int il) const {
+    for (const auto & l : layers) {
         if (l.layer == il) {
             return &l;
         }

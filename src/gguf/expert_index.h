@@ -23,11 +23,13 @@ struct ExpertTensor {
 struct ExpertLayer {
     int layer = 0;
     std::vector<ExpertTensor> tensors;
-    uint64_t expert_bytes = 0;  // one expert's bytes over all its tensors: one arena slot
+    uint64_t expert_bytes = 0;  // one expert's bytes over all its tensors
+    uint64_t slot_bytes = 0;    // what it takes in an arena slot: each matrix page-aligned for direct reads
 };
 
 struct SizeClass {
     uint64_t expert_bytes = 0;
+    uint64_t slot_bytes = 0;  // the largest slot need among its layers
     std::vector<int> layers;
 };
 
@@ -45,9 +47,9 @@ struct ExpertIndex {
     std::string min_arena_reason;
 
     // Throws epq::Error for a model without routed experts or with inconsistent expert tensors.
-    static ExpertIndex build(const GgufFile& file);
+    static ExpertIndex build(const GgufFile & file);
 
-    const ExpertLayer* layer(int il) const;
+    const ExpertLayer * layer(int il) const;
 };
 
 }  // namespace epq

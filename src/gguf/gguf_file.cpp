@@ -21,7 +21,7 @@ struct LogCapture {
     std::vector<std::string> errors;
 
     ggml_log_callback prev_cb = nullptr;
-    void *prev_user = nullptr;
+    void * prev_user = nullptr;
 
     LogCapture() {
         ggml_log_get(&prev_cb, &prev_user);
@@ -29,9 +29,9 @@ struct LogCapture {
     }
     ~LogCapture() { ggml_log_set(prev_cb, prev_user); }
     LogCapture(const LogCapture &) = delete;
-    LogCapture &operator=(const LogCapture &) = delete;
+    LogCapture & operator=(const LogCapture &) = delete;
 
-    static void callback(ggml_log_level level, const char *text, void *user) {
+    static void callback(ggml_log_level level, const char * text, void * user) {
         if (level != GGML_LOG_LEVEL_ERROR && level != GGML_LOG_LEVEL_WARN) {
             return;
         }
@@ -50,13 +50,13 @@ struct LogCapture {
     }
 };
 
-std::string explain_parse_failure(const std::string &path, const std::vector<std::string> &errors) {
+std::string explain_parse_failure(const std::string & path, const std::vector<std::string> & errors) {
     static const std::regex bad_type(R"(tensor '([^']*)' has invalid ggml type (-?\d+))");
     static const std::regex bad_offset(R"(tensor '([^']*)' has offset (\d+), expected (\d+))");
     static const std::regex bad_block(
         R"(tensor '([^']*)' of type \d+ \(([^)]*)\) has (\d+) elements per row, not a multiple of block size \((\d+)\))");
     std::smatch m;
-    for (const auto &e : errors) {
+    for (const auto & e : errors) {
         if (std::regex_search(e, m, bad_type)) {
             return path + ": tensor '" + m[1].str() + "' has unknown tensor type " + m[2].str() +
                    " (this build knows types 0.." + std::to_string(GGML_TYPE_COUNT - 1) +
@@ -82,11 +82,11 @@ std::string explain_parse_failure(const std::string &path, const std::vector<std
 
 }  // namespace
 
-void GgufFile::CtxFree::operator()(gguf_context *c) const {
+void GgufFile::CtxFree::operator()(gguf_context * c) const {
     gguf_free(c);
 }
 
-GgufFile GgufFile::open(const std::string &path) {
+GgufFile GgufFile::open(const std::string & path) {
     GgufFile f;
     f.path_ = path;
 
@@ -102,7 +102,7 @@ GgufFile GgufFile::open(const std::string &path) {
     // The magic is checked here so that "not a GGUF" reads as such rather than as a parser
     // failure deep in the header.
     {
-        FILE *fp = std::fopen(path.c_str(), "rb");
+        FILE * fp = std::fopen(path.c_str(), "rb");
         if (!fp) {
             throw Error("cannot open model file " + path + ": " + std::strerror(errno));
         }
@@ -122,7 +122,7 @@ GgufFile GgufFile::open(const std::string &path) {
         }
     }
 
-    gguf_context *raw = nullptr;
+    gguf_context * raw = nullptr;
     {
         LogCapture capture;
         gguf_init_params params{/*no_alloc =*/true, /*ctx =*/nullptr};
@@ -140,7 +140,7 @@ GgufFile GgufFile::open(const std::string &path) {
         TensorInfo t;
         t.name = gguf_get_tensor_name(raw, i);
         t.type = gguf_get_tensor_type(raw, i);
-        const int64_t *ne = gguf_get_tensor_ne(raw, i);
+        const int64_t * ne = gguf_get_tensor_ne(raw, i);
         for (int d = 0; d < GGML_MAX_DIMS; ++d) {
             t.ne[d] = ne[d];
             if (ne[d] != 1) {
@@ -166,8 +166,8 @@ GgufFile GgufFile::open(const std::string &path) {
     return f;
 }
 
-const TensorInfo *GgufFile::find_tensor(const std::string &name) const {
-    for (const auto &t : tensors_) {
+const TensorInfo * GgufFile::find_tensor(const std::string & name) const {
+    for (const auto & t : tensors_) {
         if (t.name == name) {
             return &t;
         }
@@ -175,7 +175,7 @@ const TensorInfo *GgufFile::find_tensor(const std::string &name) const {
     return nullptr;
 }
 
-bool GgufFile::has_key(const std::string &key) const {
+bool GgufFile::has_key(const std::string & key) const {
     return gguf_find_key(ctx(), key.c_str()) >= 0;
 }
 
@@ -183,7 +183,7 @@ std::string GgufFile::architecture() const {
     return get_string("general.architecture").value_or("");
 }
 
-std::optional<std::string> GgufFile::get_string(const std::string &key) const {
+std::optional<std::string> GgufFile::get_string(const std::string & key) const {
     const int64_t id = gguf_find_key(ctx(), key.c_str());
     if (id < 0 || gguf_get_kv_type(ctx(), id) != GGUF_TYPE_STRING) {
         return std::nullopt;
@@ -191,7 +191,7 @@ std::optional<std::string> GgufFile::get_string(const std::string &key) const {
     return std::string(gguf_get_val_str(ctx(), id));
 }
 
-std::optional<int64_t> GgufFile::get_int(const std::string &key) const {
+std::optional<int64_t> GgufFile::get_int(const std::string & key) const {
     const int64_t id = gguf_find_key(ctx(), key.c_str());
     if (id < 0) {
         return std::nullopt;

@@ -29,25 +29,25 @@ class GgufFile {
 public:
     // Throws epq::Error (not a GGUF, corrupt header, unknown tensor type, inconsistent
     // tensor sizes, truncated data).
-    static GgufFile open(const std::string& path);
+    static GgufFile open(const std::string & path);
 
-    const std::string& path() const { return path_; }
-    gguf_context* ctx() const { return ctx_.get(); }
+    const std::string & path() const { return path_; }
+    gguf_context * ctx() const { return ctx_.get(); }
     uint64_t file_size() const { return file_size_; }
     uint64_t data_offset() const { return data_offset_; }
-    const std::vector<TensorInfo>& tensors() const { return tensors_; }
-    const TensorInfo* find_tensor(const std::string& name) const;
+    const std::vector<TensorInfo> & tensors() const { return tensors_; }
+    const TensorInfo * find_tensor(const std::string & name) const;
 
     // general.architecture, or "" if absent.
     std::string architecture() const;
     // Any integer-typed value (GGUF writers differ in which width they use).
-    std::optional<int64_t> get_int(const std::string& key) const;
-    std::optional<std::string> get_string(const std::string& key) const;
-    bool has_key(const std::string& key) const;
+    std::optional<int64_t> get_int(const std::string & key) const;
+    std::optional<std::string> get_string(const std::string & key) const;
+    bool has_key(const std::string & key) const;
 
 private:
     struct CtxFree {
-        void operator()(gguf_context* c) const;
+        void operator()(gguf_context * c) const;
     };
     std::string path_;
     std::unique_ptr<gguf_context, CtxFree> ctx_;

@@ -11,7 +11,7 @@ namespace epq {
 
 namespace {
 
-std::string shape_str(const int64_t *ne, int n) {
+std::string shape_str(const int64_t * ne, int n) {
     std::string s = "[";
     for (int i = 0; i < n; ++i) {
         s += (i ? ", " : "") + std::to_string(ne[i]);
@@ -35,13 +35,13 @@ std::string percent(uint64_t part, uint64_t whole) {
 }
 
 // A BOOL array such as qwen35moe's attention.recurrent_layers, rendered as layer ranges.
-std::string recurrent_layers(const GgufFile &file, const std::string &arch, std::vector<int> *out) {
+std::string recurrent_layers(const GgufFile & file, const std::string & arch, std::vector<int> * out) {
     const int64_t id = gguf_find_key(file.ctx(), (arch + ".attention.recurrent_layers").c_str());
     if (id < 0 || gguf_get_kv_type(file.ctx(), id) != GGUF_TYPE_ARRAY ||
         gguf_get_arr_type(file.ctx(), id) != GGUF_TYPE_BOOL) {
         return "";
     }
-    const auto *flags = static_cast<const int8_t *>(gguf_get_arr_data(file.ctx(), id));
+    const auto * flags = static_cast<const int8_t *>(gguf_get_arr_data(file.ctx(), id));
     std::vector<int> layers;
     for (size_t i = 0; i < gguf_get_arr_n(file.ctx(), id); ++i) {
         if (flags[i]) {
@@ -56,7 +56,7 @@ std::string recurrent_layers(const GgufFile &file, const std::string &arch, std:
 
 }  // namespace
 
-std::string format_ranges(const std::vector<int> &v) {
+std::string format_ranges(const std::vector<int> & v) {
     std::string s;
     for (size_t i = 0; i < v.size();) {
         size_t j = i;
@@ -69,7 +69,7 @@ std::string format_ranges(const std::vector<int> &v) {
     return s;
 }
 
-std::string inspect_text(const GgufFile &file, const ExpertIndex &idx, bool per_layer) {
+std::string inspect_text(const GgufFile & file, const ExpertIndex & idx, bool per_layer) {
     std::ostringstream o;
     const uint64_t total = idx.dense_bytes + idx.expert_bytes;
     o << "model:          " << file.path() << " (" << format_bytes(idx.file_size) << ")\n";
@@ -84,23 +84,23 @@ std::string inspect_text(const GgufFile &file, const ExpertIndex &idx, bool per_
     o << "expert weights: " << format_bytes(idx.expert_bytes) << " (" << percent(idx.expert_bytes, total) << ") in "
       << idx.layers.size() << " layers  paged from disk\n";
     o << "expert size classes (bytes of one expert, all its matrices):\n";
-    for (const auto &c : idx.size_classes) {
-        const ExpertLayer *l = idx.layer(c.layers.front());
+    for (const auto & c : idx.size_classes) {
+        const ExpertLayer * l = idx.layer(c.layers.front());
         std::string parts;
-        for (const auto &t : l->tensors) {
+        for (const auto & t : l->tensors) {
             parts += (parts.empty() ? "" : " + ") + t.kind + " " + ggml_type_name(t.type) + " " +
                      with_commas(t.expert_stride);
         }
         o << "  " << with_commas(c.expert_bytes) << " B (" << parts << ")  layers " << format_ranges(c.layers) << " ("
-          << c.layers.size() << ")\n";
+          << c.layers.size() << "), arena slot " << with_commas(c.slot_bytes) << " B\n";
     }
     o << "minimum arena:  " << format_bytes(idx.min_arena_bytes) << " (" << with_commas(idx.min_arena_bytes)
       << " B): " << idx.min_arena_reason << "\n";
     o << "all experts:    " << format_bytes(idx.expert_bytes) << " (an arena this large never evicts)\n";
     if (per_layer) {
         o << "\nlayer  tensor                      type    shape [in, out, experts]  bytes/expert  file offset\n";
-        for (const auto &l : idx.layers) {
-            for (const auto &t : l.tensors) {
+        for (const auto & l : idx.layers) {
+            for (const auto & t : l.tensors) {
                 char line[256];
                 std::snprintf(line, sizeof line, "%5d  %-26s  %-6s  %-24s  %12s  %llu\n", l.layer, t.name.c_str(),
                               ggml_type_name(t.type), shape_str(t.ne, 3).c_str(), with_commas(t.expert_stride).c_str(),
@@ -112,7 +112,7 @@ std::string inspect_text(const GgufFile &file, const ExpertIndex &idx, bool per_
     return o.str();
 }
 
-nlohmann::json inspect_json(const GgufFile &file, const ExpertIndex &idx) {
+nlohmann::json inspect_json(const GgufFile & file, const ExpertIndex & idx) {
     using nlohmann::json;
     json j;
     j["path"] = file.path();
@@ -128,15 +128,19 @@ nlohmann::json inspect_json(const GgufFile &file, const ExpertIndex &idx) {
         j["recurrent_layers"] = rec;
     }
     j["size_classes"] = json::array();
-    for (const auto &c : idx.size_classes) {
-        j["size_classes"].push_back({{"expert_bytes", c.expert_bytes}, {"layers", c.layers}});
+    for (const auto & c : idx.size_classes) {
+        j["size_classes"].push_back(
+            {{"expert_bytes", c.expert_bytes}, {"slot_bytes", c.slot_bytes}, {"layers", c.layers}});
     }
     j["min_arena_bytes"] = idx.min_arena_bytes;
     j["min_arena_reason"] = idx.min_arena_reason;
     j["layers"] = json::array();
-    for (const auto &l : idx.layers) {
-        json jl{{"layer", l.layer}, {"expert_bytes", l.expert_bytes}, {"tensors", json::array()}};
-        for (const auto &t : l.tensors) {
+    for (const auto & l : idx.layers) {
+        json jl{{"layer", l.layer},
+                {"expert_bytes", l.expert_bytes},
+                {"slot_bytes", l.slot_bytes},
+                {"tensors", json::array()}};
+        for (const auto & t : l.tensors) {
             jl["tensors"].push_back({{"name", t.name},
                                      {"kind", t.kind},
                                      {"type", ggml_type_name(t.type)},

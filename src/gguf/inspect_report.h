@@ -8,10 +8,10 @@
 
 namespace epq {
 
-std::string inspect_text(const GgufFile& file, const ExpertIndex& idx, bool per_layer);
-nlohmann::json inspect_json(const GgufFile& file, const ExpertIndex& idx);
+std::string inspect_text(const GgufFile & file, const ExpertIndex & idx, bool per_layer);
+nlohmann::json inspect_json(const GgufFile & file, const ExpertIndex & idx);
 
 // "0-19, 21, 23-25"
-std::string format_ranges(const std::vector<int>& sorted);
+std::string format_ranges(const std::vector<int> & sorted);
 
 }  // namespace epq

@@ -21,26 +21,26 @@ ValueDist near_one() {
 
 class LayoutBuilder {
 public:
-    LayoutBuilder(const SynthConfig& cfg, ModelLayout& out) : cfg_(cfg), out_(out) {}
+    LayoutBuilder(const SynthConfig & cfg, ModelLayout & out) : cfg_(cfg), out_(out) {}
 
     // A tensor whose type is chosen by --type `kind`.
-    void add(const std::string& name, std::vector<int64_t> ne, const std::string& kind, ValueDist dist) {
+    void add(const std::string & name, std::vector<int64_t> ne, const std::string & kind, ValueDist dist) {
         out_.tensors.push_back(TensorSpec{name, std::move(ne), cfg_.quant.get(kind), dist, kind});
     }
     // A tensor that llama.cpp needs in F32 (norms, routers, recurrent-state parameters).
-    void add_f32(const std::string& name, std::vector<int64_t> ne, ValueDist dist) {
+    void add_f32(const std::string & name, std::vector<int64_t> ne, ValueDist dist) {
         out_.tensors.push_back(TensorSpec{name, std::move(ne), GGML_TYPE_F32, dist, "f32"});
     }
-    void matmul(const std::string& name, int64_t n_in, int64_t n_out, const std::string& kind) {
+    void matmul(const std::string & name, int64_t n_in, int64_t n_out, const std::string & kind) {
         add(name, {n_in, n_out}, kind, projection(n_in));
     }
 
-    static std::string blk(uint32_t il, const std::string& rest) { return "blk." + std::to_string(il) + "." + rest; }
+    static std::string blk(uint32_t il, const std::string & rest) { return "blk." + std::to_string(il) + "." + rest; }
 
     // Routed experts; the down projection's kind alternates by half so the mixed plan yields
     // two expert sizes.
     void routed_experts(uint32_t il) {
-        const auto& s = cfg_.shape;
+        const auto & s = cfg_.shape;
         add_f32(blk(il, "ffn_gate_inp.weight"), {s.n_embd, s.n_expert},
                 ValueDist{0.0f, 2.0f / std::sqrt(static_cast<float>(s.n_embd))});
         add(blk(il, "ffn_gate_exps.weight"), {s.n_embd, s.n_ff_exp, s.n_expert}, "ffn_gate_exps", projection(s.n_embd));
@@ -61,12 +61,12 @@ public:
     }
 
 private:
-    const SynthConfig& cfg_;
-    ModelLayout& out_;
+    const SynthConfig & cfg_;
+    ModelLayout & out_;
 };
 
-void set_common_kv(gguf_context* g, const SynthConfig& cfg) {
-    const auto& s = cfg.shape;
+void set_common_kv(gguf_context * g, const SynthConfig & cfg) {
+    const auto & s = cfg.shape;
     const std::string a = s.arch;
     gguf_set_val_str(g, "general.architecture", a.c_str());
     gguf_set_val_str(g, "general.name", ("epq synthetic " + cfg.preset).c_str());
@@ -84,11 +84,11 @@ void set_common_kv(gguf_context* g, const SynthConfig& cfg) {
     gguf_set_val_u64(g, "epq.synth.seed", cfg.seed);
 }
 
-void layout_qwen3moe(const SynthConfig& cfg, int64_t n_vocab, ModelLayout& out) {
-    const auto& s = cfg.shape;
+void layout_qwen3moe(const SynthConfig & cfg, int64_t n_vocab, ModelLayout & out) {
+    const auto & s = cfg.shape;
     LayoutBuilder b(cfg, out);
-    out.write_metadata = [cfg](gguf_context* g) {
-        const auto& sh = cfg.shape;
+    out.write_metadata = [cfg](gguf_context * g) {
+        const auto & sh = cfg.shape;
         set_common_kv(g, cfg);
         gguf_set_val_u32(g, "qwen3moe.expert_feed_forward_length", sh.n_ff_exp);
         gguf_set_val_u32(g, "qwen3moe.feed_forward_length", sh.n_ff_exp * sh.n_expert_used);
@@ -111,10 +111,10 @@ void layout_qwen3moe(const SynthConfig& cfg, int64_t n_vocab, ModelLayout& out) 
     b.head(n_vocab);
 }
 
-void layout_olmoe(const SynthConfig& cfg, int64_t n_vocab, ModelLayout& out) {
-    const auto& s = cfg.shape;
+void layout_olmoe(const SynthConfig & cfg, int64_t n_vocab, ModelLayout & out) {
+    const auto & s = cfg.shape;
     LayoutBuilder b(cfg, out);
-    out.write_metadata = [cfg](gguf_context* g) {
+    out.write_metadata = [cfg](gguf_context * g) {
         set_common_kv(g, cfg);
         // olmoe reads the expert hidden size from feed_forward_length.
         gguf_set_val_u32(g, "olmoe.feed_forward_length", cfg.shape.n_ff_exp);
@@ -135,15 +135,15 @@ void layout_olmoe(const SynthConfig& cfg, int64_t n_vocab, ModelLayout& out) {
     b.head(n_vocab);
 }
 
-bool qwen35_is_recurrent(const SynthShape& s, uint32_t il) {
+bool qwen35_is_recurrent(const SynthShape & s, uint32_t il) {
     return (il + 1) % s.full_attn_interval != 0;
 }
 
-void layout_qwen35moe(const SynthConfig& cfg, int64_t n_vocab, ModelLayout& out) {
-    const auto& s = cfg.shape;
+void layout_qwen35moe(const SynthConfig & cfg, int64_t n_vocab, ModelLayout & out) {
+    const auto & s = cfg.shape;
     LayoutBuilder b(cfg, out);
-    out.write_metadata = [cfg](gguf_context* g) {
-        const auto& sh = cfg.shape;
+    out.write_metadata = [cfg](gguf_context * g) {
+        const auto & sh = cfg.shape;
         set_common_kv(g, cfg);
         gguf_set_val_u32(g, "qwen35moe.expert_feed_forward_length", sh.n_ff_exp);
         gguf_set_val_u32(g, "qwen35moe.expert_shared_feed_forward_length", sh.n_ff_shexp);
@@ -177,7 +177,7 @@ void layout_qwen35moe(const SynthConfig& cfg, int64_t n_vocab, ModelLayout& out)
     const int64_t value_dim = int64_t(s.ssm_head_v_dim) * s.ssm_n_v_heads;
     const int64_t conv_dim = 2 * key_dim + value_dim;
     for (uint32_t il = 0; il < s.n_layer; ++il) {
-        auto n = [il](const std::string& rest) { return LayoutBuilder::blk(il, rest); };
+        auto n = [il](const std::string & rest) { return LayoutBuilder::blk(il, rest); };
         b.add_f32(n("attn_norm.weight"), {s.n_embd}, near_one());
         if (qwen35_is_recurrent(s, il)) {
             b.matmul(n("attn_qkv.weight"), s.n_embd, conv_dim, "attn");
@@ -212,7 +212,7 @@ void layout_qwen35moe(const SynthConfig& cfg, int64_t n_vocab, ModelLayout& out)
 
 }  // namespace
 
-ModelLayout build_layout(const SynthConfig& cfg, int64_t n_vocab) {
+ModelLayout build_layout(const SynthConfig & cfg, int64_t n_vocab) {
     ModelLayout out;
     if (cfg.shape.arch == "qwen3moe") {
         layout_qwen3moe(cfg, n_vocab, out);

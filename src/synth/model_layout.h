@@ -30,6 +30,6 @@ struct ModelLayout {
 };
 
 // n_vocab comes from the tokenizer that will be embedded.
-ModelLayout build_layout(const SynthConfig &cfg, int64_t n_vocab);
+ModelLayout build_layout(const SynthConfig & cfg, int64_t n_vocab);
 
 }  // namespace epq

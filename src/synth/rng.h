@@ -8,7 +8,7 @@
 
 namespace epq {
 
-inline uint64_t splitmix64(uint64_t& state) {
+inline uint64_t splitmix64(uint64_t & state) {
     uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
@@ -16,7 +16,7 @@ inline uint64_t splitmix64(uint64_t& state) {
 }
 
 // FNV-1a, to derive a per-tensor stream from the model seed and the tensor's name.
-inline uint64_t hash_string(const std::string& s) {
+inline uint64_t hash_string(const std::string & s) {
     uint64_t h = 1469598103934665603ULL;
     for (unsigned char c : s) {
         h = (h ^ c) * 1099511628211ULL;
@@ -27,7 +27,7 @@ inline uint64_t hash_string(const std::string& s) {
 class Rng {
 public:
     explicit Rng(uint64_t seed) {
-        for (auto& w : s_) {
+        for (auto & w : s_) {
             w = splitmix64(seed);
         }
     }

@@ -34,12 +34,12 @@ SynthShape olmoe_shape() {
 }
 
 struct Preset {
-    const char *name;
-    const char *description;
+    const char * name;
+    const char * description;
     SynthConfig (*make)();
 };
 
-SynthConfig with(SynthShape s, const char *preset, const char *vocab) {
+SynthConfig with(SynthShape s, const char * preset, const char * vocab) {
     SynthConfig c;
     c.preset = preset;
     c.shape = s;
@@ -49,7 +49,7 @@ SynthConfig with(SynthShape s, const char *preset, const char *vocab) {
     return c;
 }
 
-const std::vector<Preset> &presets() {
+const std::vector<Preset> & presets() {
     static const std::vector<Preset> all = {
         {"tiny-qwen35moe",
          "test model: 4 layers (3 gated-delta-net + 1 attention), n_embd 256, 32 experts top-4, shared expert",
@@ -112,7 +112,7 @@ const std::vector<Preset> &presets() {
 }
 
 std::string lower(std::string s) {
-    for (auto &c : s) {
+    for (auto & c : s) {
         c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     }
     return s;
@@ -120,7 +120,7 @@ std::string lower(std::string s) {
 
 }  // namespace
 
-ggml_type QuantPlan::get(const std::string &kind) const {
+ggml_type QuantPlan::get(const std::string & kind) const {
     auto it = types.find(kind);
     if (it == types.end()) {
         throw Error("internal: no type for tensor kind '" + kind + "'");
@@ -128,7 +128,7 @@ ggml_type QuantPlan::get(const std::string &kind) const {
     return it->second;
 }
 
-const std::vector<std::string> &quant_kinds() {
+const std::vector<std::string> & quant_kinds() {
     static const std::vector<std::string> kinds = {
         "token_embd", "output", "attn", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_down_exps_alt", "shexp"};
     return kinds;
@@ -136,7 +136,7 @@ const std::vector<std::string> &quant_kinds() {
 
 std::vector<PresetInfo> list_presets() {
     std::vector<PresetInfo> out;
-    for (const auto &p : presets()) {
+    for (const auto & p : presets()) {
         out.push_back({p.name, p.description});
     }
     return out;
@@ -147,20 +147,20 @@ std::vector<std::string> list_quant_presets() {
             "any ggml type name, e.g. q4_k, q5_k, q6_k, q8_0, q4_0, f16, f32 (all experts that type)"};
 }
 
-SynthConfig make_preset(const std::string &name) {
-    for (const auto &p : presets()) {
+SynthConfig make_preset(const std::string & name) {
+    for (const auto & p : presets()) {
         if (name == p.name) {
             return p.make();
         }
     }
     std::string names;
-    for (const auto &p : presets()) {
+    for (const auto & p : presets()) {
         names += (names.empty() ? "" : ", ") + std::string(p.name);
     }
     throw Error("unknown preset '" + name + "'; choose one of: " + names);
 }
 
-ggml_type parse_ggml_type(const std::string &name) {
+ggml_type parse_ggml_type(const std::string & name) {
     const std::string want = lower(name);
     for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
         const auto type = static_cast<ggml_type>(t);
@@ -175,7 +175,7 @@ ggml_type parse_ggml_type(const std::string &name) {
                 "' (examples: q4_k, q5_k, q6_k, q8_0, q4_0, iq4_xs, mxfp4, f16, bf16, f32)");
 }
 
-QuantPlan make_quant_preset(const std::string &name) {
+QuantPlan make_quant_preset(const std::string & name) {
     QuantPlan q;
     // Dense weights like a Q4_K_M file: embeddings Q4_K, head Q6_K, the rest Q8_0.
     q.types = {{"token_embd", GGML_TYPE_Q4_K},
@@ -196,15 +196,15 @@ QuantPlan make_quant_preset(const std::string &name) {
         throw Error("unknown quant preset '" + name +
                     "'; use 'mixed' or a ggml type name such as q4_k, q6_k, q8_0, f16");
     }
-    for (const char *k : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_down_exps_alt"}) {
+    for (const char * k : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_down_exps_alt"}) {
         q.types[k] = t;
     }
     return q;
 }
 
-void validate(const SynthConfig &cfg) {
-    const auto &s = cfg.shape;
-    auto need = [](bool ok, const std::string &msg) {
+void validate(const SynthConfig & cfg) {
+    const auto & s = cfg.shape;
+    auto need = [](bool ok, const std::string & msg) {
         if (!ok) {
             throw Error("invalid model shape: " + msg);
         }
@@ -229,7 +229,7 @@ void validate(const SynthConfig &cfg) {
         need(s.ssm_head_k_dim == s.ssm_head_v_dim, "the gated delta net needs key and value head sizes equal");
     }
     // Every tensor's row must be whole blocks of its type.
-    auto row_ok = [&](const std::string &kind, int64_t n_in) {
+    auto row_ok = [&](const std::string & kind, int64_t n_in) {
         const ggml_type t = cfg.quant.get(kind);
         if (n_in % ggml_blck_size(t) != 0) {
             throw Error("cannot store " + kind + " as " + ggml_type_name(t) + ": its rows have " +

@@ -42,7 +42,7 @@ struct SynthShape {
 //   the layers: differing from ffn_down_exps gives two expert sizes), shexp, router, norm
 struct QuantPlan {
     std::map<std::string, ggml_type> types;
-    ggml_type get(const std::string& kind) const;
+    ggml_type get(const std::string & kind) const;
 };
 
 struct SynthConfig {
@@ -64,14 +64,14 @@ std::vector<PresetInfo> list_presets();
 std::vector<std::string> list_quant_presets();
 
 // Throws epq::Error naming the valid choices.
-SynthConfig make_preset(const std::string& name);
-QuantPlan make_quant_preset(const std::string& name);
+SynthConfig make_preset(const std::string & name);
+QuantPlan make_quant_preset(const std::string & name);
 
 // Kinds accepted by --type, and parsing a type name ("q4_k", "Q6_K", "f16", ...).
-const std::vector<std::string>& quant_kinds();
-ggml_type parse_ggml_type(const std::string& name);  // throws epq::Error
+const std::vector<std::string> & quant_kinds();
+ggml_type parse_ggml_type(const std::string & name);  // throws epq::Error
 
 // Checks the shape for what llama.cpp and the chosen types require; throws epq::Error.
-void validate(const SynthConfig& cfg);
+void validate(const SynthConfig & cfg);
 
 }  // namespace epq

@@ -36,7 +36,7 @@ public:
         thread_.join();
     }
     BackgroundWriter(const BackgroundWriter &) = delete;
-    BackgroundWriter &operator=(const BackgroundWriter &) = delete;
+    BackgroundWriter & operator=(const BackgroundWriter &) = delete;
 
     // Takes ownership of `buf` and returns an empty buffer to fill next (the previous one,
     // once written).
@@ -85,7 +85,7 @@ private:
         }
     }
 
-    std::string write_all(const std::vector<uint8_t> &buf) const {
+    std::string write_all(const std::vector<uint8_t> & buf) const {
         size_t off = 0;
         while (off < buf.size()) {
             const ssize_t n = ::write(fd_, buf.data() + off, buf.size() - off);
@@ -121,14 +121,14 @@ struct Fd {
     }
 };
 
-std::string parent_dir(const std::string &path) {
+std::string parent_dir(const std::string & path) {
     const auto slash = path.rfind('/');
     return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
 }
 
 }  // namespace
 
-SynthResult synthesize(const SynthConfig &cfg, const std::string &out_path, const SynthOptions &opts) {
+SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, const SynthOptions & opts) {
     const auto t0 = std::chrono::steady_clock::now();
     validate(cfg);
     const Vocab vocab = Vocab::load(cfg.vocab);
@@ -142,8 +142,8 @@ SynthResult synthesize(const SynthConfig &cfg, const std::string &out_path, cons
     ip.mem_size = (layout.tensors.size() + 1) * ggml_tensor_overhead();
     ip.no_alloc = true;
     std::unique_ptr<ggml_context, void (*)(ggml_context *)> meta(ggml_init(ip), ggml_free);
-    for (const auto &t : layout.tensors) {
-        ggml_tensor *tensor = ggml_new_tensor(meta.get(), t.type, static_cast<int>(t.ne.size()), t.ne.data());
+    for (const auto & t : layout.tensors) {
+        ggml_tensor * tensor = ggml_new_tensor(meta.get(), t.type, static_cast<int>(t.ne.size()), t.ne.data());
         ggml_set_name(tensor, t.name.c_str());
         gguf_add_tensor(g.get(), tensor);
     }
@@ -179,7 +179,7 @@ SynthResult synthesize(const SynthConfig &cfg, const std::string &out_path, cons
         std::vector<uint8_t> buf = std::move(header);
         {
             BackgroundWriter writer(out.fd, tmp_path);
-            for (const auto &t : layout.tensors) {
+            for (const auto & t : layout.tensors) {
                 int64_t nelements = 1;
                 for (auto d : t.ne) {
                     nelements *= d;

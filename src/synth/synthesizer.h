@@ -23,6 +23,6 @@ struct SynthOptions {
 
 // Throws epq::Error (bad shape, unwritable output, disk full). The file appears under its name
 // only once complete: an interrupted run never leaves a truncated model behind.
-SynthResult synthesize(const SynthConfig& cfg, const std::string& out_path, const SynthOptions& opts = {});
+SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, const SynthOptions & opts = {});
 
 }  // namespace epq

@@ -30,10 +30,10 @@ uint32_t pool_units_for(int64_t n_units) {
 
 }  // namespace
 
-std::vector<float> draw_values(const ValueDist &dist, size_t n, uint64_t seed) {
+std::vector<float> draw_values(const ValueDist & dist, size_t n, uint64_t seed) {
     Rng rng(seed);
     std::vector<float> v(n);
-    for (auto &x : v) {
+    for (auto & x : v) {
         if (dist.lo < dist.hi) {
             x = static_cast<float>(dist.lo + (dist.hi - dist.lo) * rng.uniform());
         } else if (dist.stddev == 0.0f) {
@@ -45,7 +45,7 @@ std::vector<float> draw_values(const ValueDist &dist, size_t n, uint64_t seed) {
     return v;
 }
 
-std::vector<uint8_t> quantize_values(ggml_type type, const std::vector<float> &values, int64_t n_per_row) {
+std::vector<uint8_t> quantize_values(ggml_type type, const std::vector<float> & values, int64_t n_per_row) {
     const int64_t nrows = static_cast<int64_t>(values.size()) / n_per_row;
     std::vector<uint8_t> out(ggml_row_size(type, n_per_row) * static_cast<size_t>(nrows));
     if (type == GGML_TYPE_F32) {
@@ -71,8 +71,8 @@ std::vector<uint8_t> quantize_values(ggml_type type, const std::vector<float> &v
     return out;
 }
 
-const std::vector<uint8_t> &UnitPoolCache::get(ggml_type type, int64_t unit_elems, uint32_t n_units,
-                                               const ValueDist &dist) {
+const std::vector<uint8_t> & UnitPoolCache::get(ggml_type type, int64_t unit_elems, uint32_t n_units,
+                                                const ValueDist & dist) {
     auto key = std::make_tuple(static_cast<int>(type), unit_elems, n_units, dist);
     auto it = pools_.find(key);
     if (it != pools_.end()) {
@@ -87,8 +87,8 @@ const std::vector<uint8_t> &UnitPoolCache::get(ggml_type type, int64_t unit_elem
     return *(pools_[key] = std::move(pool));
 }
 
-TensorFiller::TensorFiller(UnitPoolCache &pools, ggml_type type, int64_t n_per_row, int64_t nelements,
-                           const ValueDist &dist, uint64_t seed) {
+TensorFiller::TensorFiller(UnitPoolCache & pools, ggml_type type, int64_t n_per_row, int64_t nelements,
+                           const ValueDist & dist, uint64_t seed) {
     if (ggml_type_size(type) == 0 || ggml_blck_size(type) == 0 || n_per_row % ggml_blck_size(type) != 0) {
         throw Error(std::string("cannot store a row of ") + std::to_string(n_per_row) + " values as " +
                     ggml_type_name(type) + " (block size " + std::to_string(ggml_blck_size(type)) + ")");
@@ -106,12 +106,12 @@ TensorFiller::TensorFiller(UnitPoolCache &pools, ggml_type type, int64_t n_per_r
     pool_ = &pools.get(type, unit, pool_units, dist);
     pool_units_ = pool_units;
     uint64_t s = seed;
-    for (auto &w : rng_state_) {
+    for (auto & w : rng_state_) {
         w = splitmix64(s);
     }
 }
 
-void TensorFiller::fill(uint8_t *dst, uint64_t n) {
+void TensorFiller::fill(uint8_t * dst, uint64_t n) {
     if (!direct_.empty()) {
         std::memcpy(dst, direct_.data() + pos_, n);
         pos_ += n;
@@ -119,7 +119,7 @@ void TensorFiller::fill(uint8_t *dst, uint64_t n) {
     }
     // xorshift-style stepping inline: this loop is the synthesizer's hot path.
     uint64_t s0 = rng_state_[0], s1 = rng_state_[1];
-    const uint8_t *pool = pool_->data();
+    const uint8_t * pool = pool_->data();
     const uint64_t ub = unit_bytes_;
     for (uint64_t off = 0; off < n; off += ub) {
         uint64_t x = s0;

@@ -23,7 +23,7 @@ struct ValueDist {
     float mean = 0.0f;
     float stddev = 1.0f;         // normal(mean, stddev); stddev 0 means the constant `mean`
     float lo = 0.0f, hi = 0.0f;  // if lo < hi: uniform(lo, hi) instead
-    bool operator<(const ValueDist& o) const {
+    bool operator<(const ValueDist & o) const {
         return std::tie(mean, stddev, lo, hi) < std::tie(o.mean, o.stddev, o.lo, o.hi);
     }
 };
@@ -33,21 +33,21 @@ class UnitPoolCache;
 class TensorFiller {
 public:
     // n_per_row = ne[0]; nelements = total element count.
-    TensorFiller(UnitPoolCache& pools, ggml_type type, int64_t n_per_row, int64_t nelements, const ValueDist& dist,
+    TensorFiller(UnitPoolCache & pools, ggml_type type, int64_t n_per_row, int64_t nelements, const ValueDist & dist,
                  uint64_t seed);
 
     uint64_t nbytes() const { return nbytes_; }
     // Bytes per unit: fill() is called with chunk sizes that are multiples of this.
     uint64_t unit_bytes() const { return unit_bytes_; }
     // Writes the next `n` bytes of the tensor (n a multiple of unit_bytes(), or the rest).
-    void fill(uint8_t* dst, uint64_t n);
+    void fill(uint8_t * dst, uint64_t n);
 
 private:
     uint64_t nbytes_ = 0;
     uint64_t unit_bytes_ = 0;
     uint64_t pos_ = 0;
     std::vector<uint8_t> direct_;  // small tensors: the whole tensor, quantized up front
-    const std::vector<uint8_t>* pool_ = nullptr;
+    const std::vector<uint8_t> * pool_ = nullptr;
     uint32_t pool_units_ = 0;
     uint64_t rng_state_[4] = {0, 0, 0, 0};
 };
@@ -57,7 +57,7 @@ private:
 class UnitPoolCache {
 public:
     explicit UnitPoolCache(uint64_t seed) : seed_(seed) {}
-    const std::vector<uint8_t>& get(ggml_type type, int64_t unit_elems, uint32_t n_units, const ValueDist& dist);
+    const std::vector<uint8_t> & get(ggml_type type, int64_t unit_elems, uint32_t n_units, const ValueDist & dist);
 
 private:
     uint64_t seed_;
@@ -65,9 +65,9 @@ private:
 };
 
 // Quantizes `values` (nrows x n_per_row) to `type` with ggml's own quantizers.
-std::vector<uint8_t> quantize_values(ggml_type type, const std::vector<float>& values, int64_t n_per_row);
+std::vector<uint8_t> quantize_values(ggml_type type, const std::vector<float> & values, int64_t n_per_row);
 
 // Draws `n` values of `dist`.
-std::vector<float> draw_values(const ValueDist& dist, size_t n, uint64_t seed);
+std::vector<float> draw_values(const ValueDist & dist, size_t n, uint64_t seed);
 
 }  // namespace epq

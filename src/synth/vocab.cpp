@@ -17,7 +17,7 @@ namespace epq {
 
 namespace {
 
-bool file_exists(const std::string& p) {
+bool file_exists(const std::string & p) {
     return access(p.c_str(), R_OK) == 0;
 }
 
@@ -31,14 +31,14 @@ std::string exe_dir() {
     return p.substr(0, p.rfind('/'));
 }
 
-std::vector<std::string> available(const std::vector<std::string>& dirs) {
+std::vector<std::string> available(const std::vector<std::string> & dirs) {
     std::vector<std::string> names;
-    for (const auto& d : dirs) {
-        DIR* dir = opendir(d.c_str());
+    for (const auto & d : dirs) {
+        DIR * dir = opendir(d.c_str());
         if (!dir) {
             continue;
         }
-        while (dirent* e = readdir(dir)) {
+        while (dirent * e = readdir(dir)) {
             std::string f = e->d_name;
             const std::string pre = "ggml-vocab-", suf = ".gguf";
             if (f.size() > pre.size() + suf.size() && f.compare(0, pre.size(), pre) == 0 &&
@@ -56,13 +56,13 @@ std::vector<std::string> available(const std::vector<std::string>& dirs) {
 
 }  // namespace
 
-void Vocab::CtxFree::operator()(gguf_context* c) const {
+void Vocab::CtxFree::operator()(gguf_context * c) const {
     gguf_free(c);
 }
 
 std::vector<std::string> vocab_search_dirs() {
     std::vector<std::string> dirs;
-    if (const char* env = std::getenv("EPQ_VOCAB_DIR"); env && *env) {
+    if (const char * env = std::getenv("EPQ_VOCAB_DIR"); env && *env) {
         dirs.emplace_back(env);
     }
     const std::string exe = exe_dir();
@@ -75,10 +75,10 @@ std::vector<std::string> vocab_search_dirs() {
     return dirs;
 }
 
-Vocab Vocab::load(const std::string& name) {
+Vocab Vocab::load(const std::string & name) {
     const auto dirs = vocab_search_dirs();
     std::string path;
-    for (const auto& d : dirs) {
+    for (const auto & d : dirs) {
         const std::string p = d + "/ggml-vocab-" + name + ".gguf";
         if (file_exists(p)) {
             path = p;
@@ -87,10 +87,10 @@ Vocab Vocab::load(const std::string& name) {
     }
     if (path.empty()) {
         std::string where, names;
-        for (const auto& d : dirs) {
+        for (const auto & d : dirs) {
             where += (where.empty() ? "" : ", ") + d;
         }
-        for (const auto& n : available(dirs)) {
+        for (const auto & n : available(dirs)) {
             names += (names.empty() ? "" : ", ") + n;
         }
         throw Error(
@@ -113,10 +113,10 @@ Vocab Vocab::load(const std::string& name) {
     return v;
 }
 
-void Vocab::copy_into(gguf_context* dst) const {
+void Vocab::copy_into(gguf_context * dst) const {
     // gguf_set_kv copies every key; take all, then drop what belongs to the vocabulary file's
     // own (unrelated) model.
-    gguf_context* tmp = gguf_init_empty();
+    gguf_context * tmp = gguf_init_empty();
     gguf_set_kv(tmp, ctx_.get());
     for (int64_t i = gguf_get_n_kv(tmp) - 1; i >= 0; --i) {
         const std::string key = gguf_get_key(tmp, i);

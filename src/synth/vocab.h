@@ -18,17 +18,17 @@ std::vector<std::string> vocab_search_dirs();
 class Vocab {
 public:
     // Throws epq::Error listing the places searched and the vocabularies found.
-    static Vocab load(const std::string& name);
+    static Vocab load(const std::string & name);
 
-    const std::string& name() const { return name_; }
+    const std::string & name() const { return name_; }
     int64_t n_tokens() const { return n_tokens_; }
     // Copies every tokenizer.* key into `dst`, adapted to a chat model: the end-of-sequence
     // token becomes <|im_end|> where the vocabulary has it.
-    void copy_into(gguf_context* dst) const;
+    void copy_into(gguf_context * dst) const;
 
 private:
     struct CtxFree {
-        void operator()(gguf_context* c) const;
+        void operator()(gguf_context * c) const;
     };
     std::string name_;
     std::unique_ptr<gguf_context, CtxFree> ctx_;

@@ -6,7 +6,7 @@
 
 namespace epq {
 
-std::optional<uint64_t> parse_byte_size(const std::string& text) {
+std::optional<uint64_t> parse_byte_size(const std::string & text) {
     size_t i = 0;
     while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
         ++i;
@@ -14,7 +14,7 @@ std::optional<uint64_t> parse_byte_size(const std::string& text) {
     if (i == 0) {
         return std::nullopt;
     }
-    char* end = nullptr;
+    char * end = nullptr;
     const std::string number = text.substr(0, i);
     const double value = std::strtod(number.c_str(), &end);
     if (end != number.c_str() + number.size() || !std::isfinite(value) || value < 0) {
@@ -49,7 +49,7 @@ std::optional<uint64_t> parse_byte_size(const std::string& text) {
 }
 
 std::string format_bytes(uint64_t bytes) {
-    static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    static const char * units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = static_cast<double>(bytes);
     int u = 0;
     while (v >= 1024.0 && u < 4) {

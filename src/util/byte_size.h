@@ -9,7 +9,7 @@ namespace epq {
 
 // Parses sizes with an optional K/M/G/T suffix (powers of 1024; "B", "iB" allowed).
 // Returns nullopt for anything that is not a non-negative size.
-std::optional<uint64_t> parse_byte_size(const std::string& text);
+std::optional<uint64_t> parse_byte_size(const std::string & text);
 
 // "1.50 GiB", "12.0 MiB", "512 B" — for people, never parsed back.
 std::string format_bytes(uint64_t bytes);

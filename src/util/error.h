@@ -9,7 +9,7 @@ namespace epq {
 
 class Error : public std::runtime_error {
 public:
-    explicit Error(const std::string& msg) : std::runtime_error(msg) {}
+    explicit Error(const std::string & msg) : std::runtime_error(msg) {}
 };
 
 }  // namespace epq

@@ -16,7 +16,7 @@ namespace {
 
 // The demo model lives in the build tree, beside the binary, unless EPQ_DEMO_DIR says otherwise.
 std::string demo_dir() {
-    if (const char* env = std::getenv("EPQ_DEMO_DIR"); env && *env) {
+    if (const char * env = std::getenv("EPQ_DEMO_DIR"); env && *env) {
         return env;
     }
     char buf[PATH_MAX];
@@ -30,13 +30,13 @@ std::string demo_dir() {
 
 }  // namespace
 
-Handler add_demo(CLI::App& app) {
-    auto* sub = app.add_subcommand("demo", "generate the built-in demo model on first use, then run it");
+Handler add_demo(CLI::App & app) {
+    auto * sub = app.add_subcommand("demo", "generate the built-in demo model on first use, then run it");
     auto o = std::make_shared<RunOptions>();
     o->prompt = "The quick brown fox jumps over the lazy dog. Once upon a time,";
     o->n_predict = 48;
     sub->add_option("-p,--prompt", o->prompt, "prompt text")->capture_default_str();
-    add_generation_flags(*sub, *o);
+    add_model_flags(*sub, *o, /*model_required=*/false);
     return [o]() {
         const std::string dir = demo_dir();
         ::mkdir(dir.c_str(), 0755);

@@ -8,8 +8,8 @@
 
 namespace epq::cli {
 
-Handler add_inspect(CLI::App& app) {
-    auto* sub = app.add_subcommand("inspect", "show a MoE model's expert layout, size classes and minimum arena");
+Handler add_inspect(CLI::App & app) {
+    auto * sub = app.add_subcommand("inspect", "show a MoE model's expert layout, size classes and minimum arena");
     struct Opts {
         std::string model;
         bool json = false;

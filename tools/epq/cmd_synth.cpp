@@ -13,7 +13,7 @@ namespace {
 
 std::string preset_help() {
     std::string s = "shape preset:";
-    for (const auto& p : list_presets()) {
+    for (const auto & p : list_presets()) {
         s += "\n  " + p.name + ": " + p.description;
     }
     return s;
@@ -21,8 +21,9 @@ std::string preset_help() {
 
 }  // namespace
 
-Handler add_synth(CLI::App& app) {
-    auto* sub = app.add_subcommand("synth", "write a synthetic MoE GGUF (random weights, real shapes, real tokenizer)");
+Handler add_synth(CLI::App & app) {
+    auto * sub =
+        app.add_subcommand("synth", "write a synthetic MoE GGUF (random weights, real shapes, real tokenizer)");
     struct Opts {
         std::string preset, out, quant;
         std::vector<std::string> types;
@@ -73,31 +74,31 @@ Handler add_synth(CLI::App& app) {
             cfg.quant = make_quant_preset(o->quant);
             cfg.quant_name = o->quant;
         }
-        for (const auto& kv : o->types) {
+        for (const auto & kv : o->types) {
             const auto eq = kv.find('=');
             if (eq == std::string::npos) {
                 throw Error("--type expects KIND=TYPE, got '" + kv + "'");
             }
             const std::string kind = kv.substr(0, eq);
             const ggml_type t = parse_ggml_type(kv.substr(eq + 1));
-            const auto& kinds = quant_kinds();
+            const auto & kinds = quant_kinds();
             if (kind == "experts") {
-                for (const char* k : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_down_exps_alt"}) {
+                for (const char * k : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_down_exps_alt"}) {
                     cfg.quant.types[k] = t;
                 }
             } else if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) {
                 cfg.quant.types[kind] = t;
             } else {
                 std::string names = "experts";
-                for (const auto& k : kinds) {
+                for (const auto & k : kinds) {
                     names += ", " + k;
                 }
                 throw Error("unknown tensor kind '" + kind + "' in --type; kinds: " + names);
             }
             cfg.quant_name += (cfg.quant_name.empty() ? "" : ",") + kv;
         }
-        auto& s = cfg.shape;
-        auto set = [](uint32_t v, uint32_t& field) {
+        auto & s = cfg.shape;
+        auto set = [](uint32_t v, uint32_t & field) {
             if (v) {
                 field = v;
             }

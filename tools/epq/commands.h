@@ -9,9 +9,9 @@ namespace epq::cli {
 
 using Handler = std::function<int()>;
 
-Handler add_synth(CLI::App& app);
-Handler add_inspect(CLI::App& app);
-Handler add_run(CLI::App& app);
-Handler add_demo(CLI::App& app);
+Handler add_synth(CLI::App & app);
+Handler add_inspect(CLI::App & app);
+Handler add_run(CLI::App & app);
+Handler add_demo(CLI::App & app);
 
 }  // namespace epq::cli

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <map>
 
-int main(int argc, char **argv) {
+int main(int argc, char ** argv) {
     CLI::App app{"epq - run Mixture-of-Experts GGUF models larger than RAM on stock llama.cpp"};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "show help for every subcommand");
@@ -25,17 +25,17 @@ int main(int argc, char **argv) {
 
     try {
         app.parse(argc, argv);
-    } catch (const CLI::ParseError &e) {
+    } catch (const CLI::ParseError & e) {
         return app.exit(e);
     }
-    for (auto &[sub, handler] : handlers) {
+    for (auto & [sub, handler] : handlers) {
         if (sub->parsed()) {
             try {
                 return handler();
-            } catch (const epq::Error &e) {
+            } catch (const epq::Error & e) {
                 std::fprintf(stderr, "epq: error: %s\n", e.what());
                 return 1;
-            } catch (const std::exception &e) {
+            } catch (const std::exception & e) {
                 std::fprintf(stderr, "epq: internal error: %s\n", e.what());
                 return 2;
             }

@@ -1,8 +1,6 @@
 #include "run_common.h"
 
 #include "engine/llama_log.h"
-#include "engine/llama_session.h"
-#include "gguf/expert_index.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 
@@ -13,7 +11,11 @@
 
 namespace epq::cli {
 
-void add_generation_flags(CLI::App& sub, RunOptions& o) {
+void add_model_flags(CLI::App & sub, RunOptions & o, bool model_required) {
+    auto * m = sub.add_option("-m,--model", o.model, "GGUF model file");
+    if (model_required) {
+        m->required();
+    }
     sub.add_option("-n,--n-predict", o.n_predict, "number of tokens to generate")->capture_default_str();
     sub.add_option("-t,--threads", o.n_threads, "threads (default: all cores)");
     sub.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens")->capture_default_str();
@@ -23,11 +25,87 @@ void add_generation_flags(CLI::App& sub, RunOptions& o) {
     sub.add_option("--top-p", o.sampling.top_p, "top-p sampling (with --temp > 0)")->capture_default_str();
     sub.add_option("--seed", o.sampling.seed, "sampling seed (default: random)");
     sub.add_flag("--no-pager", o.no_pager, "run the file through stock llama.cpp (mmap, no repacking): the baseline");
+    sub.add_option("--arena", o.arena,
+                   "RAM for experts: a size (4G, 512M) or 'auto' (available memory minus dense weights, KV cache "
+                   "and headroom)")
+        ->capture_default_str();
+    sub.add_option("--read-threads", o.read_threads, "expert reads in flight")->capture_default_str();
+    sub.add_flag("--stats", o.stats_per_token, "print statistics after every token");
+    sub.add_option("--stats-json", o.stats_json, "write the run's statistics as JSON to this file");
+    sub.add_option("--logits-out", o.logits_out, "write every step's logits (raw float32) to this file");
     sub.add_flag("-v,--verbose", o.verbose, "show llama.cpp's own log");
 }
 
-int run_generation(const RunOptions& o) {
+LoadedModel load_model(const RunOptions & o) {
     set_llama_verbosity(o.verbose);
+    if (o.n_ctx < 16) {
+        throw Error("-c must be at least 16");
+    }
+    if (o.read_threads < 1 || o.read_threads > 64) {
+        throw Error("--read-threads must be 1..64");
+    }
+    LoadedModel m;
+    m.start = std::chrono::steady_clock::now();
+    // Validate before llama.cpp sees the file: a corrupt or non-MoE file gets a one-line reason.
+    const GgufFile file = GgufFile::open(o.model);
+    SessionOptions so;
+    so.n_threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    so.n_ctx = o.n_ctx;
+    so.n_batch = o.n_batch;
+    m.n_threads = so.n_threads;
+    if (!o.no_pager) {
+        PagedModelOptions po;
+        po.arena = o.arena;
+        po.read_threads = o.read_threads;
+        po.n_ctx = o.n_ctx;
+        po.n_batch = o.n_batch;
+        m.paged = std::make_unique<PagedModel>(o.model, po);
+        const auto & idx = m.paged->index();
+        const auto & plan = m.paged->pager().plan();
+        std::string pools;
+        for (const auto & p : plan.pools) {
+            pools +=
+                (pools.empty() ? "" : " + ") + std::to_string(p.n_slots) + " x " + std::to_string(p.slot_bytes) + " B";
+        }
+        std::fprintf(stderr,
+                     "epq: %s: %s, %u layers, %u experts (top-%u), %s dense in RAM, %s of experts paged from disk\n"
+                     "epq: arena %s (%s slots%s); %s\n",
+                     o.model.c_str(), idx.arch.c_str(), idx.n_layer, idx.n_expert, idx.n_expert_used,
+                     format_bytes(idx.dense_bytes).c_str(), format_bytes(idx.expert_bytes).c_str(),
+                     format_bytes(plan.bytes).c_str(), pools.c_str(),
+                     plan.holds_everything ? ": every expert fits" : "", m.paged->arena_reasoning().c_str());
+        so.overrides = m.paged->overrides();
+    } else {
+        std::fprintf(stderr, "epq: --no-pager: running %s through stock llama.cpp (mmap, no repacking)\n",
+                     o.model.c_str());
+    }
+    m.session = std::make_unique<LlamaSession>(o.model, so);
+    if (m.paged) {
+        m.paged->loaded();
+    }
+    m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
+    return m;
+}
+
+void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
+    report.load_seconds = m.load_seconds;
+    report.n_threads = m.n_threads;
+    report.peak_rss_bytes = peak_rss_bytes();
+    if (m.paged) {
+        report.pager = m.paged->pager().stats();
+        report.arena_bytes = m.paged->pager().plan().bytes;
+    }
+    std::fputs(("\n" + report.text()).c_str(), stderr);
+    if (!o.stats_json.empty()) {
+        std::ofstream out(o.stats_json);
+        out << report.json().dump(2) << "\n";
+        if (!out) {
+            throw Error("cannot write " + o.stats_json);
+        }
+    }
+}
+
+int run_generation(const RunOptions & o) {
     std::string prompt = o.prompt;
     if (!o.prompt_file.empty()) {
         std::ifstream in(o.prompt_file, std::ios::binary);
@@ -41,29 +119,8 @@ int run_generation(const RunOptions& o) {
     if (o.n_predict < 0) {
         throw Error("-n must be 0 or more");
     }
-    if (o.n_ctx < 16) {
-        throw Error("-c must be at least 16");
-    }
-
-    // Validate before llama.cpp sees the file: a corrupt or non-MoE file gets a one-line reason.
-    const GgufFile file = GgufFile::open(o.model);
-    if (!o.no_pager) {
-        const ExpertIndex idx = ExpertIndex::build(file);
-        std::fprintf(stderr,
-                     "epq: %s: %s, %u layers, %u experts (top-%u), %s dense + %s experts\n"
-                     "epq: the pager is not built yet: running through stock llama.cpp (mmap, no repacking)\n",
-                     o.model.c_str(), idx.arch.c_str(), idx.n_layer, idx.n_expert, idx.n_expert_used,
-                     format_bytes(idx.dense_bytes).c_str(), format_bytes(idx.expert_bytes).c_str());
-    } else {
-        std::fprintf(stderr, "epq: --no-pager: running %s through stock llama.cpp (mmap, no repacking)\n",
-                     o.model.c_str());
-    }
-
-    SessionOptions so;
-    so.n_threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    so.n_ctx = o.n_ctx;
-    so.n_batch = o.n_batch;
-    LlamaSession session(o.model, so);
+    LoadedModel m = load_model(o);
+    LlamaSession & session = *m.session;
 
     const auto tokens = session.tokenize(prompt, true);
     if (tokens.empty()) {
@@ -73,21 +130,50 @@ int run_generation(const RunOptions& o) {
         throw Error("prompt (" + std::to_string(tokens.size()) + " tokens) + -n " + std::to_string(o.n_predict) +
                     " exceeds the context of " + std::to_string(o.n_ctx) + " tokens: raise -c");
     }
+    std::unique_ptr<std::ofstream> logits_file;
+    if (!o.logits_out.empty()) {
+        logits_file = std::make_unique<std::ofstream>(o.logits_out, std::ios::binary | std::ios::trunc);
+        if (!*logits_file) {
+            throw Error("cannot write " + o.logits_out);
+        }
+    }
     std::fputs(prompt.c_str(), stderr);
     std::fputs("\n", stderr);
-    const GenerationStats st =
-        generate(session, tokens, o.n_predict, o.sampling, [](const std::string& piece, llama_token) {
+
+    PagerStats before;
+    if (m.paged) {
+        before = m.paged->pager().stats();
+    }
+    auto last = std::chrono::steady_clock::now();
+    int step = 0;
+    RunReport report;
+    report.gen = generate(
+        session, tokens, o.n_predict, o.sampling,
+        [&](const std::string & piece, llama_token) {
             std::fwrite(piece.data(), 1, piece.size(), stdout);
             std::fflush(stdout);
+            if (o.stats_per_token && m.paged) {
+                const auto now = std::chrono::steady_clock::now();
+                const PagerStats after = m.paged->pager().stats();
+                std::fputs(
+                    token_stats_line(step, before, after, std::chrono::duration<double>(now - last).count()).c_str(),
+                    stderr);
+                before = after;
+                last = now;
+            }
+            ++step;
             return true;
+        },
+        [&](int, const float * logits, int32_t n_vocab) {
+            if (logits_file) {
+                logits_file->write(reinterpret_cast<const char *>(logits),
+                                   static_cast<std::streamsize>(n_vocab) * static_cast<std::streamsize>(sizeof(float)));
+            }
         });
     std::fputs("\n", stdout);
     std::fflush(stdout);
-    std::fprintf(
-        stderr,
-        "\nepq: prompt %d tokens in %.2f s (%.1f tok/s) | generated %d tokens in %.2f s (%.2f tok/s) | %d threads\n",
-        st.n_prompt, st.prefill_seconds, st.prefill_tps(), st.n_generated, st.decode_seconds, st.decode_tps(),
-        so.n_threads);
+    report.ttft_seconds = m.load_seconds + report.gen.first_token_seconds;
+    finish_report(o, m, report);
     return 0;
 }
 

@@ -1,9 +1,15 @@
-// What `epq run` and `epq demo` share: the generation flags and the run itself.
+// What `epq run`, `epq demo` and `epq chat` share: the model flags, loading (paged or stock)
+// and the statistics at the end.
 #pragma once
 
 #include "engine/generator.h"
+#include "engine/llama_session.h"
+#include "engine/paged_model.h"
+#include "engine/run_report.h"
 
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <memory>
 #include <string>
 
 namespace epq::cli {
@@ -18,14 +24,32 @@ struct RunOptions {
     uint32_t n_batch = 512;
     SamplingOptions sampling;
     bool no_pager = false;
+    std::string arena = "auto";
+    int read_threads = 4;
     bool verbose = false;
+    bool stats_per_token = false;
+    std::string stats_json;
+    std::string logits_out;  // every step's logits, raw float32, for exactness checks
 };
 
-// Registers -n, -t, -c, -b, --temp, --top-k, --top-p, --seed, --no-pager, --verbose.
-void add_generation_flags(CLI::App& sub, RunOptions& o);
+// Registers -m, -n, -t, -c, -b, sampling, --no-pager, --arena, --read-threads, --stats,
+// --stats-json, --verbose.
+void add_model_flags(CLI::App & sub, RunOptions & o, bool model_required = true);
 
-// Validates the model, loads it and streams the generated text to stdout; everything else
-// goes to stderr. Returns the exit code.
-int run_generation(const RunOptions& o);
+// A loaded model, paged unless --no-pager.
+struct LoadedModel {
+    std::unique_ptr<PagedModel> paged;
+    std::unique_ptr<LlamaSession> session;
+    int n_threads = 0;
+    double load_seconds = 0.0;
+    std::chrono::steady_clock::time_point start;
+};
+LoadedModel load_model(const RunOptions & o);
+
+// Fills the pager part of a report and prints it (and writes --stats-json).
+void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report);
+
+// Generates from the prompt, streaming the text to stdout; everything else goes to stderr.
+int run_generation(const RunOptions & o);
 
 }  // namespace epq::cli

@@ -1,0 +1,23 @@
+// Keeps llama.cpp's loader from reading the whole model at load time.
+//
+// The stock loader maps the model with MAP_POPULATE (every byte read before the first token)
+// and FADV_SEQUENTIAL (doubled readahead, so faults on dense weights drag in neighbouring
+// expert bytes). The epq binary is linked with -Wl,--wrap=mmap: for the registered model file
+// only, the mapping is made without MAP_POPULATE, readahead is switched to random access, and
+// exactly the dense (non-expert) byte ranges are prefetched.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace epq {
+
+// `dense` are [begin, end) file ranges to prefetch. Applies to the next mappings of `path`.
+void set_lazy_mapping(const std::string & path, std::vector<std::pair<uint64_t, uint64_t>> dense);
+void clear_lazy_mapping();
+// How many mappings the policy has changed (tests check it is not silently inactive).
+int lazy_mappings_applied();
+
+}  // namespace epq

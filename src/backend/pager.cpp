@@ -1,0 +1,310 @@
+#include "backend/pager.h"
+
+#include "util/byte_size.h"
+#include "util/error.h"
+
+#include "ggml-cpu.h"
+
+#include <chrono>
+#include <cstring>
+#include <sys/mman.h>
+
+namespace epq {
+
+namespace {
+
+ArenaPlan make_plan(const SlotLayout & layout, const ExpertIndex & index, uint64_t budget) {
+    std::vector<SizeClassDemand> demand;
+    for (size_t c = 0; c < layout.class_bytes.size(); ++c) {
+        demand.push_back({layout.class_bytes[c], layout.class_experts[c]});
+    }
+    return plan_arena(budget, demand, index.n_expert_used);
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+const ggml_tensor * base_of(const ggml_tensor * t) {
+    return t->view_src ? t->view_src : t;
+}
+
+}  // namespace
+
+Pager::Pager(const std::string & model_path, const ExpertIndex & index, const PagerOptions & opts)
+    : path_(model_path),
+      layout_(SlotLayout::build(index)),
+      plan_(make_plan(layout_, index, opts.arena_bytes)),
+      arena_(plan_.pools),
+      reader_(model_path),
+      reads_(reader_, opts.read_threads) {
+    for (const auto & p : plan_.pools) {
+        const size_t bytes = static_cast<size_t>(p.slot_bytes) * p.n_slots;
+        uint8_t * mem = nullptr;
+        if (bytes > 0) {
+            void * m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (m == MAP_FAILED) {
+                throw Error("cannot reserve " + format_bytes(bytes) + " for the expert arena: " + std::strerror(errno));
+            }
+            mem = static_cast<uint8_t *>(m);
+        }
+        pool_mem_.push_back(mem);
+        pool_bytes_.push_back(bytes);
+    }
+    cpu_ = ggml_backend_cpu_init();
+    if (!cpu_) {
+        throw Error("cannot initialise ggml's CPU backend for the expert matmuls");
+    }
+    stats_.direct_io = reader_.direct();
+    layer_ops_.assign(layout_.layers.size(), 0);
+    n_expert_ = index.n_expert;
+}
+
+Pager::~Pager() {
+    if (cpu_) {
+        ggml_backend_free(cpu_);
+    }
+    for (size_t i = 0; i < pool_mem_.size(); ++i) {
+        if (pool_mem_[i]) {
+            munmap(pool_mem_[i], pool_bytes_[i]);
+        }
+    }
+}
+
+bool Pager::serves(const ggml_tensor * t) const {
+    return layout_.find(base_of(t)->name, nullptr) != nullptr;
+}
+
+void Pager::set_n_threads(int n) {
+    n_threads_ = n > 0 ? n : 1;
+    ggml_backend_cpu_set_n_threads(cpu_, n_threads_);
+}
+
+uint8_t * Pager::slot_ptr(SlotRef r) const {
+    return pool_mem_[r.pool] + static_cast<uint64_t>(r.slot) * plan_.pools[r.pool].slot_bytes;
+}
+
+std::shared_ptr<Ticket> Pager::load(const LayerLayout & layer, int32_t expert, SlotRef r) {
+    std::vector<ReadRequest> reqs;
+    uint8_t * slot = slot_ptr(r);
+    for (const auto & m : layer.matrices) {
+        ReadRequest q;
+        q.offset = m.file_offset + static_cast<uint64_t>(expert) * m.stride;
+        q.len = m.stride;
+        q.dst = slot + m.slot_offset;
+        q.room_before = m.slot_offset - m.region_begin;
+        q.room_after = m.region_end - (m.slot_offset + m.stride);
+        reqs.push_back(q);
+    }
+    return reads_.submit(reqs);
+}
+
+void Pager::read_tensor(const ggml_tensor * t, void * data, size_t offset, size_t size) const {
+    const MatrixPlacement * m = nullptr;
+    if (!layout_.find(base_of(t)->name, &m)) {
+        throw Error(std::string("internal: ") + t->name + " is not an expert tensor");
+    }
+    reader_.read(m->file_offset + offset, size, static_cast<uint8_t *>(data));
+}
+
+void Pager::compute_group(ggml_tensor * node, const LayerLayout & layer, const MatrixPlacement & m,
+                          const std::vector<const Use *> & group) {
+    (void)layer;
+    const auto t0 = std::chrono::steady_clock::now();
+    const ggml_tensor * w = node->src[0];
+    const ggml_tensor * x = node->src[1];
+    const ggml_tensor * ids = node->src[2];
+    const int64_t n_in = w->ne[0], n_out = w->ne[1];
+    const int64_t n_ids = ids->ne[0], n_tok = ids->ne[1];
+    const uint32_t pool = group.front()->ref.pool;
+
+    std::vector<int32_t> slot_of(n_expert_, -1);
+    for (const Use * u : group) {
+        slot_of[static_cast<size_t>(u->expert)] = static_cast<int32_t>(u->ref.slot);
+    }
+    // Gather the (token, slot) rows that use these experts into one batch. Each output element
+    // is still one vec_dot of one weight row with one quantized input row, as in stock.
+    struct Entry {
+        int64_t k, t;
+    };
+    std::vector<Entry> entries;
+    idg_.clear();
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t k = 0; k < n_ids; ++k) {
+            const int32_t e = *reinterpret_cast<const int32_t *>(static_cast<const char *>(ids->data) + t * ids->nb[1] +
+                                                                 k * ids->nb[0]);
+            if (slot_of[static_cast<size_t>(e)] >= 0) {
+                entries.push_back({k, t});
+                idg_.push_back(slot_of[static_cast<size_t>(e)]);
+            }
+        }
+    }
+    const int64_t n = static_cast<int64_t>(entries.size());
+    xg_.resize(static_cast<size_t>(n * n_in));
+    outg_.resize(static_cast<size_t>(n * n_out));
+    for (int64_t j = 0; j < n; ++j) {
+        const char * row =
+            static_cast<const char *>(x->data) + (entries[j].k % x->ne[1]) * x->nb[1] + entries[j].t * x->nb[2];
+        std::memcpy(&xg_[static_cast<size_t>(j * n_in)], row, static_cast<size_t>(n_in) * sizeof(float));
+    }
+
+    const size_t mem = 4 * ggml_tensor_overhead() + ggml_graph_overhead_custom(4, false) + 256;
+    ctx_mem_.resize(mem);
+    ggml_init_params ip{mem, ctx_mem_.data(), true};
+    ggml_context * ctx = ggml_init(ip);
+    ggml_tensor * wt = ggml_new_tensor_3d(ctx, w->type, n_in, n_out, plan_.pools[pool].n_slots);
+    wt->data = pool_mem_[pool] + m.slot_offset;
+    wt->nb[2] = plan_.pools[pool].slot_bytes;
+    wt->nb[3] = wt->nb[2] * static_cast<size_t>(wt->ne[2]);
+    ggml_tensor * xt = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n_in, 1, n);
+    xt->data = xg_.data();
+    ggml_tensor * it = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n);
+    it->data = idg_.data();
+    ggml_tensor * out = ggml_mul_mat_id(ctx, wt, xt, it);
+    out->data = outg_.data();
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4, false);
+    ggml_build_forward_expand(gf, out);
+    const ggml_status st = ggml_backend_graph_compute(cpu_, gf);
+    ggml_free(ctx);
+    if (st != GGML_STATUS_SUCCESS) {
+        throw Error("the CPU expert matmul failed (ggml status " + std::to_string(static_cast<int>(st)) + ")");
+    }
+    for (int64_t j = 0; j < n; ++j) {
+        char * dst = static_cast<char *>(node->data) + entries[j].k * node->nb[1] + entries[j].t * node->nb[2];
+        std::memcpy(dst, &outg_[static_cast<size_t>(j * n_out)], static_cast<size_t>(n_out) * sizeof(float));
+    }
+    stats_.compute_seconds += since(t0);
+}
+
+void Pager::mul_mat_id(ggml_tensor * node) {
+    const ggml_tensor * w = node->src[0];
+    const ggml_tensor * x = node->src[1];
+    const ggml_tensor * ids = node->src[2];
+    const MatrixPlacement * m = nullptr;
+    const LayerLayout * layer = layout_.find(base_of(w)->name, &m);
+    if (!layer || w->view_offs != 0 || ids->type != GGML_TYPE_I32 || x->type != GGML_TYPE_F32 ||
+        x->nb[0] != sizeof(float) || node->nb[0] != sizeof(float)) {
+        throw Error(std::string("internal: unsupported expert matmul on ") + w->name);
+    }
+    ++stats_.ops;
+    const size_t li = static_cast<size_t>(layer - layout_.layers.data());
+    const bool first_op_of_layer = layer_ops_[li]++ % layer->matrices.size() == 0;
+
+    // The distinct experts the router chose, in order of first use.
+    std::vector<int32_t> experts;
+    std::vector<char> seen(n_expert_, 0);
+    for (int64_t t = 0; t < ids->ne[1]; ++t) {
+        for (int64_t k = 0; k < ids->ne[0]; ++k) {
+            const int32_t e = *reinterpret_cast<const int32_t *>(static_cast<const char *>(ids->data) + t * ids->nb[1] +
+                                                                 k * ids->nb[0]);
+            if (e < 0 || static_cast<uint32_t>(e) >= n_expert_) {
+                throw Error("internal: router selected expert " + std::to_string(e) + " of " +
+                            std::to_string(n_expert_));
+            }
+            if (!seen[static_cast<size_t>(e)]) {
+                seen[static_cast<size_t>(e)] = 1;
+                experts.push_back(e);
+            }
+        }
+    }
+
+    if (first_op_of_layer) {
+        stats_.expert_lookups += experts.size();
+    }
+
+    size_t next = 0;
+    while (next < experts.size()) {
+        // Take as many of the experts as the arena can pin at once (all of them, unless a
+        // prompt batch selects more experts than the arena holds).
+        std::vector<Use> uses;
+        for (; next < experts.size(); ++next) {
+            auto a = arena_.acquire({static_cast<uint32_t>(layer->layer), static_cast<uint32_t>(experts[next])},
+                                    layer->size_class);
+            if (!a) {
+                break;
+            }
+            Use u;
+            u.expert = experts[next];
+            u.ref = a->ref;
+            uses.push_back(u);
+            if (!a->hit) {
+                uses.back().ticket = load(*layer, u.expert, u.ref);
+            }
+        }
+        if (uses.empty()) {
+            throw Error("internal: no arena slot can be pinned");
+        }
+        try {
+            // Resident experts first, while the misses are being read.
+            auto compute_ready = [&](const std::vector<const Use *> & ready) {
+                for (uint32_t p = 0; p < plan_.pools.size(); ++p) {
+                    std::vector<const Use *> group;
+                    for (const Use * u : ready) {
+                        if (u->ref.pool == p) {
+                            group.push_back(u);
+                        }
+                    }
+                    if (!group.empty()) {
+                        compute_group(node, *layer, *m, group);
+                    }
+                }
+            };
+            std::vector<const Use *> ready, pending;
+            for (const auto & u : uses) {
+                (u.ticket ? pending : ready).push_back(&u);
+            }
+            compute_ready(ready);
+            size_t i = 0;
+            while (i < pending.size()) {
+                const auto t0 = std::chrono::steady_clock::now();
+                pending[i]->ticket->wait();
+                stats_.wait_seconds += since(t0);
+                std::vector<const Use *> arrived;
+                while (i < pending.size() && (arrived.empty() || pending[i]->ticket->done())) {
+                    pending[i]->ticket->wait();  // rethrows a read error
+                    arena_.loaded(pending[i]->ref);
+                    if (corrupt_countdown_ > 0 && --corrupt_countdown_ == 0) {
+                        slot_ptr(pending[i]->ref)[layer->matrices.front().slot_offset + 7] ^= 0x10;
+                    }
+                    arrived.push_back(pending[i++]);
+                }
+                compute_ready(arrived);
+            }
+            if (!pending.empty()) {
+                reader_.check_unchanged();
+            }
+        } catch (...) {
+            for (auto & u : uses) {
+                if (u.ticket && !arena_.is_ready(u.ref)) {
+                    // Let in-flight reads finish before the slot can be handed out again.
+                    try {
+                        u.ticket->wait();
+                    } catch (...) {
+                    }
+                    arena_.failed(u.ref);
+                }
+                arena_.unpin(u.ref);
+            }
+            throw;
+        }
+        for (auto & u : uses) {
+            arena_.unpin(u.ref);
+        }
+    }
+}
+
+PagerStats Pager::stats() const {
+    PagerStats s = stats_;
+    const auto & c = arena_.counters();
+    s.misses = c.misses;
+    s.hits = s.expert_lookups > c.misses ? s.expert_lookups - c.misses : 0;
+    s.evictions = c.evictions;
+    s.borrowed = c.borrowed;
+    const ReadStats rs = reads_.stats();
+    s.bytes_read = rs.bytes;
+    s.read_requests = rs.requests;
+    s.read_busy_seconds = rs.busy_seconds;
+    return s;
+}
+
+}  // namespace epq

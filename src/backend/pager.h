@@ -1,0 +1,97 @@
+// The pager: serves the expert matmuls of a model whose experts stay on disk. For each
+// MUL_MAT_ID it finds the experts the router selected, makes them resident in the arena
+// (direct reads for the misses, several in flight), and computes with ggml's own CPU
+// MUL_MAT_ID kernel on the arena slots - the kernel stock llama.cpp runs, so the result is
+// bit-identical. Experts already resident are computed while the misses are still being read.
+#pragma once
+
+#include "arena/slot_arena.h"
+#include "gguf/expert_index.h"
+#include "gguf/slot_layout.h"
+#include "io/read_pool.h"
+
+#include "ggml-backend.h"
+#include "ggml.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace epq {
+
+struct PagerOptions {
+    uint64_t arena_bytes = 0;
+    int read_threads = 4;
+};
+
+struct PagerStats {
+    uint64_t ops = 0;             // expert matmuls served
+    uint64_t expert_lookups = 0;  // distinct (layer, expert) uses per batch
+    uint64_t hits = 0;            // uses found resident: expert_lookups - misses
+    uint64_t misses = 0;          // experts read from disk
+    uint64_t evictions = 0;
+    uint64_t borrowed = 0;
+    uint64_t bytes_read = 0;
+    uint64_t read_requests = 0;
+    double read_busy_seconds = 0.0;  // summed over read threads
+    double wait_seconds = 0.0;       // compute stalled on reads
+    double compute_seconds = 0.0;    // expert matmuls
+    bool direct_io = false;
+};
+
+class Pager {
+public:
+    // Throws epq::Error (arena below the minimum, file problems).
+    Pager(const std::string & model_path, const ExpertIndex & index, const PagerOptions & opts);
+    ~Pager();
+    Pager(const Pager &) = delete;
+    Pager & operator=(const Pager &) = delete;
+
+    // True if `t` (or what it views) is an expert tensor this pager serves.
+    bool serves(const ggml_tensor * t) const;
+    // Computes one MUL_MAT_ID node whose weights are expert tensors. Throws epq::Error.
+    void mul_mat_id(ggml_tensor * node);
+    // Reads part of an expert tensor's bytes straight from the file (ggml get_tensor).
+    void read_tensor(const ggml_tensor * t, void * data, size_t offset, size_t size) const;
+
+    void set_n_threads(int n);
+    PagerStats stats() const;
+    const ArenaPlan & plan() const { return plan_; }
+    const SlotLayout & layout() const { return layout_; }
+
+    // Test hook: after the Nth expert read from now (1 = next), one byte of that slot is flipped.
+    void inject_slot_corruption_after(uint64_t n) { corrupt_countdown_ = n; }
+
+private:
+    struct Use {  // one selected expert of the current op
+        int32_t expert = 0;
+        SlotRef ref;
+        std::shared_ptr<Ticket> ticket;  // null when it was resident
+    };
+    void compute_group(ggml_tensor * node, const LayerLayout & layer, const MatrixPlacement & m,
+                       const std::vector<const Use *> & group);
+    uint8_t * slot_ptr(SlotRef r) const;
+    std::shared_ptr<Ticket> load(const LayerLayout & layer, int32_t expert, SlotRef r);
+
+    std::string path_;
+    SlotLayout layout_;
+    ArenaPlan plan_;
+    SlotArena arena_;
+    std::vector<uint8_t *> pool_mem_;
+    std::vector<size_t> pool_bytes_;
+    DirectReader reader_;
+    mutable ReadPool reads_;
+    ggml_backend_t cpu_ = nullptr;
+    int n_threads_ = 1;
+    uint32_t n_expert_ = 0;
+    PagerStats stats_;
+    uint64_t corrupt_countdown_ = 0;
+    // scratch for gathered rows, ids and outputs
+    std::vector<float> xg_, outg_;
+    std::vector<int32_t> idg_;
+    std::vector<uint8_t> ctx_mem_;
+    std::vector<uint64_t> layer_ops_;  // expert matmuls served per layer
+};
+
+}  // namespace epq

@@ -1,0 +1,24 @@
+// The pager as a ggml backend device, so unmodified llama.cpp sends it the expert matmuls.
+//
+// Expert tensors are placed (through llama_model_params.tensor_buft_overrides) in this
+// device's buffer type, which holds no bytes: it reserves address space, and its set_tensor
+// ignores what the loader passes, because the pager reads expert bytes on demand. The device
+// claims MUL_MAT_ID on those tensors; its graph_compute hands each to the attached Pager.
+#pragma once
+
+#include "ggml-backend.h"
+
+namespace epq {
+
+class Pager;
+
+// Registers the device with ggml once (idempotent). Must run before a model is loaded.
+void register_pager_device();
+// The buffer type to override expert tensors to.
+ggml_backend_buffer_type_t pager_buffer_type();
+// The pager that serves the next contexts' expert matmuls (nullptr to detach).
+void attach_pager(Pager * pager);
+// The last error the device hit while computing, or "" (llama.cpp only sees a status code).
+const char * pager_last_error();
+
+}  // namespace epq

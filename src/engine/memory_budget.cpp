@@ -1,0 +1,112 @@
+#include "engine/memory_budget.h"
+
+#include "util/byte_size.h"
+#include "util/error.h"
+
+#include <algorithm>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+namespace epq {
+
+namespace {
+
+std::optional<uint64_t> read_number(const std::string & path) {
+    std::ifstream in(path);
+    std::string s;
+    if (!(in >> s) || s == "max") {
+        return std::nullopt;
+    }
+    try {
+        return std::stoull(s);
+    } catch (...) {
+        return std::nullopt;
+    }
+}
+
+uint64_t stat_field(const std::string & path, const std::string & key) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream fields(line);
+        std::string k;
+        uint64_t v = 0;
+        if (fields >> k >> v && k == key) {
+            return v;
+        }
+    }
+    return 0;
+}
+
+// This process's cgroup directory for a controller, from /proc/self/cgroup.
+std::string cgroup_dir(bool v2) {
+    std::ifstream in("/proc/self/cgroup");
+    std::string line;
+    while (std::getline(in, line)) {
+        const auto a = line.find(':'), b = line.find(':', a + 1);
+        if (a == std::string::npos || b == std::string::npos) {
+            continue;
+        }
+        const std::string ctrl = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+        if (v2 && line.compare(0, 2, "0:") == 0 && ctrl.empty()) {
+            return "/sys/fs/cgroup" + path;
+        }
+        if (!v2 && (ctrl == "memory" || ctrl.find("memory") != std::string::npos)) {
+            return "/sys/fs/cgroup/memory" + path;
+        }
+    }
+    return "";
+}
+
+}  // namespace
+
+MemoryAvailable available_memory() {
+    MemoryAvailable m;
+    uint64_t meminfo = stat_field("/proc/meminfo", "MemAvailable:") * 1024;
+    m.bytes = meminfo;
+    m.source = "MemAvailable " + format_bytes(meminfo);
+
+    // A memory cgroup limit (v1, then v2): what it leaves, counting reclaimable page cache as free.
+    for (bool v2 : {false, true}) {
+        const std::string dir = cgroup_dir(v2);
+        if (dir.empty()) {
+            continue;
+        }
+        const auto limit = read_number(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+        const auto usage = read_number(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes"));
+        if (!limit || !usage || *limit >= (1ULL << 60)) {
+            continue;
+        }
+        const uint64_t cache = stat_field(dir + "/memory.stat", v2 ? "inactive_file" : "total_inactive_file");
+        const uint64_t used = *usage > cache ? *usage - cache : 0;
+        const uint64_t left = *limit > used ? *limit - used : 0;
+        if (left < m.bytes) {
+            m.bytes = left;
+            m.source = "cgroup limit " + format_bytes(*limit) + " - in use " + format_bytes(used);
+        }
+        break;
+    }
+    return m;
+}
+
+ArenaSizing auto_arena(const MemoryAvailable & mem, uint64_t dense_bytes, uint64_t kv_bytes, uint64_t compute_bytes,
+                       uint64_t min_arena) {
+    const uint64_t headroom = std::max<uint64_t>(256ull << 20, mem.bytes / 20);
+    const uint64_t reserved = dense_bytes + kv_bytes + compute_bytes + headroom;
+    std::ostringstream why;
+    why << "available " << format_bytes(mem.bytes) << " (" << mem.source << ") - dense weights "
+        << format_bytes(dense_bytes) << " - KV cache " << format_bytes(kv_bytes) << " - compute buffers "
+        << format_bytes(compute_bytes) << " - headroom " << format_bytes(headroom);
+    if (mem.bytes < reserved + min_arena) {
+        throw Error("not enough memory for the arena: " + why.str() + " leaves less than the minimum arena of " +
+                    format_bytes(min_arena) + "; free memory, lower -c, or pass --arena explicitly");
+    }
+    ArenaSizing s;
+    s.arena_bytes = mem.bytes - reserved;
+    why << " = " << format_bytes(s.arena_bytes);
+    s.reasoning = why.str();
+    return s;
+}
+
+}  // namespace epq

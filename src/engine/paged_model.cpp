@@ -1,0 +1,89 @@
+#include "engine/paged_model.h"
+
+#include "backend/mmap_policy.h"
+#include "backend/pager_device.h"
+#include "engine/memory_budget.h"
+#include "util/byte_size.h"
+#include "util/error.h"
+
+#include <algorithm>
+
+namespace epq {
+
+uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx) {
+    const std::string a = file.architecture();
+    const int64_t n_layer = file.get_int(a + ".block_count").value_or(0);
+    const int64_t n_embd = file.get_int(a + ".embedding_length").value_or(0);
+    const int64_t n_head = std::max<int64_t>(1, file.get_int(a + ".attention.head_count").value_or(1));
+    const int64_t n_head_kv = file.get_int(a + ".attention.head_count_kv").value_or(n_head);
+    const int64_t k = file.get_int(a + ".attention.key_length").value_or(n_embd / n_head);
+    const int64_t v = file.get_int(a + ".attention.value_length").value_or(n_embd / n_head);
+    return static_cast<uint64_t>(n_layer * n_head_kv * (k + v) * 2) * n_ctx;
+}
+
+PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts) {
+    const GgufFile file = GgufFile::open(path);
+    index_ = ExpertIndex::build(file);
+
+    uint64_t arena = 0;
+    if (opts.arena == "auto") {
+        int64_t n_vocab = 0;
+        if (const auto * tok = file.find_tensor("token_embd.weight")) {
+            n_vocab = tok->ne[1];
+        }
+        const uint64_t compute =
+            static_cast<uint64_t>(n_vocab) * 4 * std::min<uint32_t>(opts.n_batch, 512) + (64ull << 20);
+        const ArenaSizing s = auto_arena(available_memory(), index_.dense_bytes, estimate_kv_bytes(file, opts.n_ctx),
+                                         compute, index_.min_arena_bytes);
+        arena = s.arena_bytes;
+        arena_reasoning_ = "--arena auto: " + s.reasoning;
+    } else {
+        const auto parsed = parse_byte_size(opts.arena);
+        if (!parsed) {
+            throw Error("--arena expects a size such as 4G or 512M, or 'auto'; got '" + opts.arena + "'");
+        }
+        arena = *parsed;
+        arena_reasoning_ = "--arena " + opts.arena;
+    }
+
+    PagerOptions po;
+    po.arena_bytes = arena;
+    po.read_threads = opts.read_threads;
+    pager_ = std::make_unique<Pager>(path, index_, po);
+
+    register_pager_device();
+    attach_pager(pager_.get());
+    overrides_.push_back({R"(\.ffn_[a-z_]+_exps\.weight$)", pager_buffer_type()});
+    overrides_.push_back({nullptr, nullptr});
+
+    // Prefetch exactly the bytes that are not routed experts.
+    std::vector<std::pair<uint64_t, uint64_t>> expert_ranges, dense;
+    for (const auto & l : index_.layers) {
+        for (const auto & t : l.tensors) {
+            expert_ranges.emplace_back(t.file_offset, t.file_offset + t.expert_stride * index_.n_expert);
+        }
+    }
+    std::sort(expert_ranges.begin(), expert_ranges.end());
+    uint64_t at = 0;
+    for (const auto & [b, e] : expert_ranges) {
+        if (b > at) {
+            dense.emplace_back(at, b);
+        }
+        at = std::max(at, e);
+    }
+    if (at < file.file_size()) {
+        dense.emplace_back(at, file.file_size());
+    }
+    set_lazy_mapping(path, std::move(dense));
+}
+
+void PagedModel::loaded() {
+    clear_lazy_mapping();
+}
+
+PagedModel::~PagedModel() {
+    clear_lazy_mapping();
+    attach_pager(nullptr);
+}
+
+}  // namespace epq

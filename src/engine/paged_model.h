@@ -1,0 +1,51 @@
+// Everything that turns a stock llama.cpp model load into a paged one: the expert index, the
+// arena size, the pager and its device, the buffer-type overrides for the expert tensors and
+// the lazy mapping of the file. Create it before the LlamaSession and keep it alive longer.
+#pragma once
+
+#include "backend/pager.h"
+#include "gguf/expert_index.h"
+#include "gguf/gguf_file.h"
+
+#include "llama.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace epq {
+
+struct PagedModelOptions {
+    std::string arena = "auto";  // bytes ("4G") or "auto"
+    int read_threads = 4;
+    uint32_t n_ctx = 4096;
+    uint32_t n_batch = 512;
+};
+
+class PagedModel {
+public:
+    // Throws epq::Error (not a MoE model, arena below the minimum, not enough memory).
+    PagedModel(const std::string & path, const PagedModelOptions & opts);
+    ~PagedModel();
+    PagedModel(const PagedModel &) = delete;
+    PagedModel & operator=(const PagedModel &) = delete;
+
+    const ExpertIndex & index() const { return index_; }
+    Pager & pager() { return *pager_; }
+    const std::string & arena_reasoning() const { return arena_reasoning_; }
+    // Null-terminated, for llama_model_params.tensor_buft_overrides.
+    const llama_model_tensor_buft_override * overrides() const { return overrides_.data(); }
+    // Call once the model is loaded: the file mapping exists, the policy is no longer needed.
+    void loaded();
+
+private:
+    ExpertIndex index_;
+    std::unique_ptr<Pager> pager_;
+    std::string arena_reasoning_;
+    std::vector<llama_model_tensor_buft_override> overrides_;
+};
+
+// KV cache bytes for n_ctx tokens (F16 keys and values in every attention layer).
+uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx);
+
+}  // namespace epq

@@ -1,0 +1,96 @@
+#include "engine/run_report.h"
+
+#include "util/byte_size.h"
+
+#include <cstdio>
+#include <sys/resource.h>
+
+namespace epq {
+
+uint64_t peak_rss_bytes() {
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+namespace {
+
+double ratio(double a, double b) {
+    return b > 0 ? a / b : 0.0;
+}
+
+}  // namespace
+
+std::string RunReport::text() const {
+    char buf[1024];
+    std::string out;
+    std::snprintf(buf, sizeof buf,
+                  "epq: prompt %d tokens in %.2f s (%.2f tok/s) | generated %d tokens in %.2f s (%.2f tok/s) | "
+                  "load %.2f s, first token after %.2f s | %d threads | peak RSS %s\n",
+                  gen.n_prompt, gen.prefill_seconds, gen.prefill_tps(), gen.n_generated, gen.decode_seconds,
+                  gen.decode_tps(), load_seconds, ttft_seconds, n_threads, format_bytes(peak_rss_bytes).c_str());
+    out += buf;
+    if (pager) {
+        const auto & p = *pager;
+        const double tokens = gen.n_prompt + gen.n_generated;
+        std::snprintf(buf, sizeof buf,
+                      "epq: arena %s: hit rate %.1f%% (%llu hits, %llu misses, %llu evictions) | read %s in %llu "
+                      "requests (%s per token, %s/s per read thread, %s) | waiting on reads %.2f s, expert matmuls "
+                      "%.2f s\n",
+                      format_bytes(arena_bytes).c_str(), 100.0 * ratio(double(p.hits), double(p.expert_lookups)),
+                      static_cast<unsigned long long>(p.hits), static_cast<unsigned long long>(p.misses),
+                      static_cast<unsigned long long>(p.evictions), format_bytes(p.bytes_read).c_str(),
+                      static_cast<unsigned long long>(p.read_requests),
+                      format_bytes(static_cast<uint64_t>(ratio(double(p.bytes_read), tokens))).c_str(),
+                      format_bytes(static_cast<uint64_t>(ratio(double(p.bytes_read), p.read_busy_seconds))).c_str(),
+                      p.direct_io ? "O_DIRECT" : "buffered: O_DIRECT unsupported here", p.wait_seconds,
+                      p.compute_seconds);
+        out += buf;
+    }
+    return out;
+}
+
+nlohmann::json RunReport::json() const {
+    nlohmann::json j;
+    j["prompt_tokens"] = gen.n_prompt;
+    j["generated_tokens"] = gen.n_generated;
+    j["prefill_seconds"] = gen.prefill_seconds;
+    j["decode_seconds"] = gen.decode_seconds;
+    j["prefill_tokens_per_second"] = gen.prefill_tps();
+    j["decode_tokens_per_second"] = gen.decode_tps();
+    j["load_seconds"] = load_seconds;
+    j["time_to_first_token_seconds"] = ttft_seconds;
+    j["peak_rss_bytes"] = peak_rss_bytes;
+    j["threads"] = n_threads;
+    j["paged"] = pager.has_value();
+    if (pager) {
+        const auto & p = *pager;
+        const double tokens = gen.n_prompt + gen.n_generated;
+        j["arena_bytes"] = arena_bytes;
+        j["expert_lookups"] = p.expert_lookups;
+        j["hits"] = p.hits;
+        j["misses"] = p.misses;
+        j["evictions"] = p.evictions;
+        j["hit_rate"] = ratio(double(p.hits), double(p.expert_lookups));
+        j["bytes_read"] = p.bytes_read;
+        j["read_requests"] = p.read_requests;
+        j["bytes_read_per_token"] = ratio(double(p.bytes_read), tokens);
+        j["read_bandwidth_bytes_per_second"] = ratio(double(p.bytes_read), p.read_busy_seconds);
+        j["read_wait_seconds"] = p.wait_seconds;
+        j["expert_compute_seconds"] = p.compute_seconds;
+        j["direct_io"] = p.direct_io;
+    }
+    return j;
+}
+
+std::string token_stats_line(int step, const PagerStats & a, const PagerStats & b, double seconds) {
+    char buf[256];
+    const uint64_t lookups = b.expert_lookups - a.expert_lookups;
+    std::snprintf(buf, sizeof buf, "epq: token %d: %.1f ms, hits %llu/%llu, read %s, waited %.1f ms\n", step,
+                  seconds * 1000.0, static_cast<unsigned long long>(b.hits - a.hits),
+                  static_cast<unsigned long long>(lookups), format_bytes(b.bytes_read - a.bytes_read).c_str(),
+                  (b.wait_seconds - a.wait_seconds) * 1000.0);
+    return buf;
+}
+
+}  // namespace epq

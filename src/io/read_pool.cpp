@@ -1,0 +1,95 @@
+#include "io/read_pool.h"
+
+#include "util/error.h"
+
+#include <chrono>
+
+namespace epq {
+
+void Ticket::wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return remaining_ == 0; });
+    if (!error_.empty()) {
+        throw Error(error_);
+    }
+}
+
+bool Ticket::done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return remaining_ == 0;
+}
+
+ReadPool::ReadPool(const DirectReader & reader, int n_threads) : reader_(reader) {
+    for (int i = 0; i < std::max(1, n_threads); ++i) {
+        threads_.emplace_back([this] { worker(); });
+    }
+}
+
+ReadPool::~ReadPool() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto & t : threads_) {
+        t.join();
+    }
+}
+
+std::shared_ptr<Ticket> ReadPool::submit(const std::vector<ReadRequest> & reads) {
+    auto ticket = std::make_shared<Ticket>();
+    ticket->remaining_ = reads.size();
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto & r : reads) {
+            queue_.push_back(Job{r, ticket});
+        }
+    }
+    cv_.notify_all();
+    return ticket;
+}
+
+ReadStats ReadPool::stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+}
+
+void ReadPool::worker() {
+    for (;;) {
+        Job job;
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+            if (queue_.empty()) {
+                return;
+            }
+            job = std::move(queue_.front());
+            queue_.pop_front();
+        }
+        std::string error;
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+            reader_.read(job.req.offset, job.req.len, job.req.dst, job.req.room_before, job.req.room_after);
+        } catch (const std::exception & e) {
+            error = e.what();
+        }
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            ++stats_.requests;
+            stats_.bytes += job.req.len;
+            stats_.busy_seconds += secs;
+        }
+        {
+            std::lock_guard<std::mutex> lock(job.ticket->mu_);
+            if (!error.empty() && job.ticket->error_.empty()) {
+                job.ticket->error_ = error;
+            }
+            if (--job.ticket->remaining_ == 0) {
+                job.ticket->cv_.notify_all();
+            }
+        }
+    }
+}
+
+}  // namespace epq

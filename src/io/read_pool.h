@@ -1,0 +1,73 @@
+// A few threads that serve positional reads in FIFO order, so several expert reads are in
+// flight at once (an SSD only reaches its bandwidth with a queue of requests). Each submitted
+// group of reads returns a Ticket to wait on; errors travel with the ticket.
+#pragma once
+
+#include "io/direct_reader.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace epq {
+
+struct ReadRequest {
+    uint64_t offset = 0;
+    uint64_t len = 0;
+    uint8_t * dst = nullptr;
+    uint64_t room_before = 0;
+    uint64_t room_after = 0;
+};
+
+class Ticket {
+public:
+    // Blocks until every read of the group finished; throws epq::Error if one failed.
+    void wait();
+    bool done();
+
+private:
+    friend class ReadPool;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    size_t remaining_ = 0;
+    std::string error_;
+};
+
+struct ReadStats {
+    uint64_t requests = 0;
+    uint64_t bytes = 0;
+    double busy_seconds = 0.0;  // summed over threads
+};
+
+class ReadPool {
+public:
+    ReadPool(const DirectReader & reader, int n_threads);
+    ~ReadPool();
+    ReadPool(const ReadPool &) = delete;
+    ReadPool & operator=(const ReadPool &) = delete;
+
+    std::shared_ptr<Ticket> submit(const std::vector<ReadRequest> & reads);
+    ReadStats stats();
+
+private:
+    struct Job {
+        ReadRequest req;
+        std::shared_ptr<Ticket> ticket;
+    };
+    void worker();
+
+    const DirectReader & reader_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Job> queue_;
+    bool stop_ = false;
+    ReadStats stats_;
+    std::vector<std::thread> threads_;
+};
+
+}  // namespace epq

@@ -1,0 +1,141 @@
+// Direct reads: any offset and length returns the file's bytes, in place or through scratch;
+// the pool keeps order-independent results; errors and truncation are reported, never hidden.
+#include "io/read_pool.h"
+#include "test_util.h"
+#include "util/error.h"
+
+#include <cstdlib>
+#include <gtest/gtest.h>
+#include <memory>
+#include <random>
+
+using namespace epq;
+using namespace epq::test;
+
+namespace {
+
+std::string pattern_file(const std::string & name, size_t n) {
+    std::vector<uint8_t> bytes(n);
+    for (size_t i = 0; i < n; ++i) {
+        bytes[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    }
+    const std::string path = temp_dir() + "/" + name;
+    write_file(path, bytes);
+    return path;
+}
+
+uint8_t expected_byte(uint64_t i) {
+    return static_cast<uint8_t>((i * 2654435761u) >> 13);
+}
+
+struct Aligned {
+    uint8_t * p = nullptr;
+    explicit Aligned(size_t n) {
+        void * raw = nullptr;
+        EXPECT_EQ(posix_memalign(&raw, 4096, n), 0);
+        p = static_cast<uint8_t *>(raw);
+    }
+    ~Aligned() { std::free(p); }
+};
+
+}  // namespace
+
+TEST(DirectReader, UnalignedReadsReturnTheFileBytes) {
+    const size_t n = 3 * 1024 * 1024 + 123;
+    const std::string path = pattern_file("pattern.bin", n);
+    DirectReader r(path);
+    std::mt19937_64 rng(1);
+    std::vector<uint8_t> buf;
+    for (int i = 0; i < 200; ++i) {
+        const uint64_t off = rng() % (n - 1);
+        const uint64_t len = 1 + rng() % std::min<uint64_t>(n - off, 300000);
+        buf.assign(len, 0);
+        r.read(off, len, buf.data());
+        for (uint64_t j = 0; j < len; ++j) {
+            ASSERT_EQ(buf[j], expected_byte(off + j)) << "offset " << off << " + " << j;
+        }
+    }
+    // The last bytes of the file, whose aligned range runs past its end.
+    buf.assign(100, 0);
+    r.read(n - 100, 100, buf.data());
+    EXPECT_EQ(buf[99], expected_byte(n - 1));
+}
+
+TEST(DirectReader, InPlaceReadsUseTheRoomAroundTheDestination) {
+    const std::string path = pattern_file("inplace.bin", 1 << 20);
+    DirectReader r(path);
+    Aligned region(3 * 4096 + 8192);
+    const uint64_t off = 4096 * 5 + 100, len = 9000;
+    uint8_t * dst = region.p + 100;  // same skew as the file offset
+    r.read(off, len, dst, 100, 8192);
+    for (uint64_t j = 0; j < len; ++j) {
+        ASSERT_EQ(dst[j], expected_byte(off + j));
+    }
+}
+
+TEST(ReadPool, ManyConcurrentReadsAllLand) {
+    const size_t n = 8 * 1024 * 1024;
+    const std::string path = pattern_file("pool.bin", n);
+    DirectReader r(path);
+    ReadPool pool(r, 4);
+    std::vector<std::vector<uint8_t>> bufs(64);
+    std::vector<ReadRequest> reqs;
+    for (size_t i = 0; i < bufs.size(); ++i) {
+        bufs[i].resize(70000);
+        reqs.push_back({i * 100003, 70000, bufs[i].data(), 0, 0});
+    }
+    auto t = pool.submit(reqs);
+    t->wait();
+    EXPECT_TRUE(t->done());
+    for (size_t i = 0; i < bufs.size(); ++i) {
+        for (size_t j = 0; j < 70000; j += 997) {
+            ASSERT_EQ(bufs[i][j], expected_byte(i * 100003 + j));
+        }
+    }
+    EXPECT_EQ(pool.stats().requests, 64u);
+    EXPECT_EQ(pool.stats().bytes, 64u * 70000);
+}
+
+TEST(ReadPool, AReadErrorReachesTheWaiter) {
+    const std::string path = pattern_file("fail.bin", 1 << 20);
+    DirectReader r(path);
+    ReadPool pool(r, 2);
+    std::vector<uint8_t> a(5000), b(5000);
+    DirectReader::inject_read_failure_after(2);
+    auto t = pool.submit({{0, 5000, a.data(), 0, 0}, {8192, 5000, b.data(), 0, 0}});
+    try {
+        t->wait();
+        FAIL() << "no error";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("read error"), std::string::npos) << e.what();
+    }
+    DirectReader::inject_read_failure_after(0);
+    auto ok = pool.submit({{0, 5000, a.data(), 0, 0}});
+    EXPECT_NO_THROW(ok->wait());
+}
+
+TEST(DirectReader, TruncationAndRewritesAreDetected) {
+    const std::string path = pattern_file("shrink.bin", 1 << 20);
+    DirectReader r(path);
+    EXPECT_NO_THROW(r.check_unchanged());
+    ASSERT_EQ(truncate(path.c_str(), 1 << 19), 0);
+    std::vector<uint8_t> buf(4096);
+    try {
+        r.read((1 << 19) + 10, 4096, buf.data());
+        FAIL() << "short read not reported";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(r.check_unchanged(), Error);
+
+    const std::string path2 = pattern_file("replaced.bin", 1 << 16);
+    DirectReader r2(path2);
+    pattern_file("replaced.bin.new", 1 << 16);
+    ASSERT_EQ(rename((path2 + ".new").c_str(), path2.c_str()), 0);
+    try {
+        r2.check_unchanged();
+        FAIL() << "replacement not reported";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("replaced"), std::string::npos) << e.what();
+    }
+}
