@@ -88,20 +88,27 @@ void write_file(const std::string & path, const std::vector<uint8_t> & bytes) {
     out.write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
-CommandResult run_epq(const std::vector<std::string> & args) {
+CommandResult run_command(const std::vector<std::string> & args, const std::string & input) {
     static int counter = 0;
     const std::string base = temp_dir() + "/cmd" + std::to_string(counter++);
-    std::string cmd = quote(EPQ_BINARY);
+    std::string cmd;
     for (const auto & a : args) {
-        cmd += " " + quote(a);
+        cmd += (cmd.empty() ? "" : " ") + quote(a);
     }
-    cmd += " >" + quote(base + ".out") + " 2>" + quote(base + ".err") + " </dev/null";
+    cmd +=
+        " >" + quote(base + ".out") + " 2>" + quote(base + ".err") + " <" + quote(input.empty() ? "/dev/null" : input);
     const int status = std::system(cmd.c_str());
     CommandResult r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
     r.out = slurp(base + ".out");
     r.err = slurp(base + ".err");
     return r;
+}
+
+CommandResult run_epq(const std::vector<std::string> & args, const std::string & input) {
+    std::vector<std::string> full = {EPQ_BINARY};
+    full.insert(full.end(), args.begin(), args.end());
+    return run_command(full, input);
 }
 
 }  // namespace epq::test

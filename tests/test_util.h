@@ -26,7 +26,9 @@ struct CommandResult {
     std::string out;  // stdout
     std::string err;  // stderr
 };
-// Runs the built epq binary with `args` (shell-quoted here).
-CommandResult run_epq(const std::vector<std::string> & args);
+// Runs the built epq binary with `args` (shell-quoted here), stdin from `input` or /dev/null.
+CommandResult run_epq(const std::vector<std::string> & args, const std::string & input = "");
+// Runs any command (args[0] is the program).
+CommandResult run_command(const std::vector<std::string> & args, const std::string & input = "");
 
 }  // namespace epq::test

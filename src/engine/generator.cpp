@@ -29,7 +29,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 GenerationStats generate(LlamaSession & session, const std::vector<llama_token> & prompt_tokens, int n_predict,
-                         const SamplingOptions & sampling, const PieceSink & sink, const LogitsObserver & observe) {
+                         const SamplingOptions & sampling, const PieceSink & sink, const LogitsObserver & observe,
+                         bool decode_last) {
     GenerationStats st;
     st.n_prompt = static_cast<int>(prompt_tokens.size());
     auto sampler = make_sampler(sampling);
@@ -55,7 +56,7 @@ GenerationStats generate(LlamaSession & session, const std::vector<llama_token> 
         if (!sink(session.piece(tok), tok)) {
             break;
         }
-        if (i + 1 < n_predict) {
+        if (i + 1 < n_predict || decode_last) {
             session.decode({tok});
         }
     }

@@ -34,9 +34,10 @@ using PieceSink = std::function<bool(const std::string & piece, llama_token toke
 using LogitsObserver = std::function<void(int step, const float * logits, int32_t n_vocab)>;
 
 // Generates up to n_predict tokens after `prompt_tokens`; stops early at an end-of-generation
-// token. Throws epq::Error on decode failure.
+// token. With decode_last the final token is decoded too, so the context holds the whole reply
+// (a chat continues from there). Throws epq::Error on decode failure.
 GenerationStats generate(LlamaSession & session, const std::vector<llama_token> & prompt_tokens, int n_predict,
                          const SamplingOptions & sampling, const PieceSink & sink,
-                         const LogitsObserver & observe = nullptr);
+                         const LogitsObserver & observe = nullptr, bool decode_last = false);
 
 }  // namespace epq

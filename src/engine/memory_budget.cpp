@@ -92,7 +92,7 @@ MemoryAvailable available_memory() {
 
 ArenaSizing auto_arena(const MemoryAvailable & mem, uint64_t dense_bytes, uint64_t kv_bytes, uint64_t compute_bytes,
                        uint64_t min_arena) {
-    const uint64_t headroom = std::max<uint64_t>(256ull << 20, mem.bytes / 20);
+    const uint64_t headroom = std::max<uint64_t>(64ull << 20, mem.bytes / 32);
     const uint64_t reserved = dense_bytes + kv_bytes + compute_bytes + headroom;
     std::ostringstream why;
     why << "available " << format_bytes(mem.bytes) << " (" << mem.source << ") - dense weights "

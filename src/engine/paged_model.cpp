@@ -7,6 +7,7 @@
 #include "util/error.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace epq {
 
@@ -44,6 +45,11 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
         }
         arena = *parsed;
         arena_reasoning_ = "--arena " + opts.arena;
+    }
+
+    // Test-only fault switch: the Nth expert read from now fails with EIO.
+    if (const char * n = std::getenv("EPQ_INJECT_READ_ERROR_AFTER"); n && *n) {
+        DirectReader::inject_read_failure_after(std::strtoull(n, nullptr, 10));
     }
 
     PagerOptions po;

@@ -13,5 +13,6 @@ Handler add_synth(CLI::App & app);
 Handler add_inspect(CLI::App & app);
 Handler add_run(CLI::App & app);
 Handler add_demo(CLI::App & app);
+Handler add_chat(CLI::App & app);
 
 }  // namespace epq::cli

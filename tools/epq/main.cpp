@@ -4,10 +4,34 @@
 
 #include "util/error.h"
 
+#include <csignal>
 #include <cstdio>
+#include <unistd.h>
+#include <algorithm>
 #include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+// Dense weights are memory-mapped: if the model file is truncated while running, touching a
+// page past its new end raises SIGBUS. Say what happened instead of dying with "Bus error".
+void on_sigbus(int) {
+    static const char msg[] =
+        "epq: error: the model file was truncated or rewritten while running (bus error reading its mapping); "
+        "restore the file and run again\n";
+    const ssize_t n = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)n;
+    _exit(1);
+}
+
+}  // namespace
 
 int main(int argc, char ** argv) {
+    struct sigaction sa {};
+    sa.sa_handler = on_sigbus;
+    sigaction(SIGBUS, &sa, nullptr);
+
     CLI::App app{"epq - run Mixture-of-Experts GGUF models larger than RAM on stock llama.cpp"};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "show help for every subcommand");
@@ -19,12 +43,21 @@ int main(int argc, char ** argv) {
         handlers[app.get_subcommands({}).at(before)] = std::move(h);
     };
     add(epq::cli::add_run);
+    add(epq::cli::add_chat);
     add(epq::cli::add_demo);
     add(epq::cli::add_synth);
     add(epq::cli::add_inspect);
 
+    // Called as epq-chat: the chat subcommand.
+    std::vector<std::string> args(argv + 1, argv + argc);
+    const std::string self = argv[0];
+    if (self.size() >= 8 && self.compare(self.size() - 8, 8, "epq-chat") == 0) {
+        args.insert(args.begin(), "chat");
+    }
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
+
     try {
-        app.parse(argc, argv);
+        app.parse(args);
     } catch (const CLI::ParseError & e) {
         return app.exit(e);
     }

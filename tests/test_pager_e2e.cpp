@@ -1,0 +1,171 @@
+// End-to-end gates of the pager against stock llama.cpp on the same file: greedy tokens and
+// every step's logits identical byte for byte, for arenas from the minimum (constant eviction)
+// to one that holds every expert; a multi-turn chat; a memory-capped run of a model several
+// times larger than the cap; and the bad-input cases.
+#include "test_util.h"
+
+#include "gguf/expert_index.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+using namespace epq;
+using namespace epq::test;
+
+namespace {
+
+const char * kPrompt = "It was the best of times, it was the worst of times, it was the age of wisdom";
+
+nlohmann::json read_json(const std::string & path) {
+    const auto bytes = read_file(path);
+    return nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
+}
+
+struct RunResult {
+    CommandResult result;
+    std::vector<uint8_t> logits;
+    nlohmann::json stats;
+};
+
+RunResult run(const std::string & model, const std::vector<std::string> & extra, const std::string & tag) {
+    const std::string logits = temp_dir() + "/" + tag + ".logits", stats = temp_dir() + "/" + tag + ".json";
+    std::vector<std::string> args = {"run", "-m", model,          "-p",   kPrompt,        "-n", "64",
+                                     "-t",  "2",  "--logits-out", logits, "--stats-json", stats};
+    args.insert(args.end(), extra.begin(), extra.end());
+    RunResult r;
+    r.result = run_epq(args);
+    r.logits = read_file(logits);
+    if (r.result.exit_code == 0) {
+        r.stats = read_json(stats);
+    }
+    return r;
+}
+
+}  // namespace
+
+class PagerGate : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PagerGate, GreedyTokensAndLogitsMatchStockForEveryArenaSize) {
+    const std::string model = synth_model("tiny-" + GetParam(), tiny(GetParam()));
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
+    const RunResult stock = run(model, {"--no-pager"}, GetParam() + "-stock");
+    ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
+    ASSERT_EQ(stock.stats["generated_tokens"], 64) << "stock stopped early: the comparison would be short";
+    const uint64_t n_vocab = GetParam() == "olmoe" ? 50432 : 151936;
+    ASSERT_EQ(stock.logits.size(), 64 * sizeof(float) * n_vocab);
+
+    const uint64_t min = idx.min_arena_bytes;
+    struct Case {
+        uint64_t arena;
+        bool expect_evictions;
+    };
+    for (const Case c : {Case{min, true}, Case{3 * min, true}, Case{idx.expert_bytes * 2, false}}) {
+        const std::string tag = GetParam() + "-" + std::to_string(c.arena);
+        const RunResult paged = run(model, {"--arena", std::to_string(c.arena)}, tag);
+        ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;
+        EXPECT_EQ(paged.result.out, stock.result.out) << "arena " << c.arena << ": generated text differs";
+        EXPECT_TRUE(paged.logits == stock.logits) << "arena " << c.arena << ": logits differ from stock";
+        EXPECT_TRUE(paged.stats["paged"].get<bool>());
+        EXPECT_GT(paged.stats["bytes_read"].get<uint64_t>(), 0u);
+        if (c.expect_evictions) {
+            EXPECT_GT(paged.stats["evictions"].get<uint64_t>(), 100u) << "arena " << c.arena << " did not evict";
+        } else {
+            EXPECT_EQ(paged.stats["evictions"].get<uint64_t>(), 0u) << "an arena that fits everything evicted";
+            // Every expert is read at most once when everything fits.
+            EXPECT_LE(paged.stats["bytes_read"].get<uint64_t>(), idx.expert_bytes);
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Pager, PagerGate, ::testing::Values("qwen35moe", "qwen3moe", "olmoe"));
+
+TEST(PagerGate, MultiTurnChatMatchesStock) {
+    const std::string model = synth_model("tiny-qwen35moe", tiny("qwen35moe"));
+    const std::string input = temp_dir() + "/chat-in.txt";
+    const std::string lines = "Hello there\nWhat is the capital of France?\nAnd of Italy?\n";
+    write_file(input, std::vector<uint8_t>(lines.begin(), lines.end()));
+    auto chat = [&](const std::vector<std::string> & extra, const std::string & tag) {
+        std::vector<std::string> args = {
+            "chat", "-m", model, "-n", "24", "-t", "2", "--logits-out", temp_dir() + "/" + tag + ".logits"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        CommandResult r = run_epq(args, input);
+        return std::make_pair(r, read_file(temp_dir() + "/" + tag + ".logits"));
+    };
+    const auto stock = chat({"--no-pager"}, "chat-stock");
+    ASSERT_EQ(stock.first.exit_code, 0) << stock.first.err;
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
+    const auto paged = chat({"--arena", std::to_string(idx.min_arena_bytes)}, "chat-paged");
+    ASSERT_EQ(paged.first.exit_code, 0) << paged.first.err;
+    EXPECT_EQ(std::count(stock.first.out.begin(), stock.first.out.end(), '\n') >= 3, true);
+    EXPECT_EQ(paged.first.out, stock.first.out);
+    EXPECT_GT(stock.second.size(), 3u * 151936u * 4u);
+    EXPECT_TRUE(paged.second == stock.second) << "chat logits differ from stock";
+}
+
+TEST(PagerGate, MemoryCappedRunOfAModelSeveralTimesTheCap) {
+    // A model ~3x the cap; its dense part fits.
+    SynthConfig cfg = tiny("qwen3moe");
+    cfg.shape.n_layer = 12;
+    cfg.shape.n_expert = 256;
+    cfg.shape.n_expert_used = 8;
+    cfg.shape.n_ff_exp = 512;
+    const std::string model = synth_model("capped", cfg);
+    const uint64_t cap = 256ull << 20;
+    const uint64_t file_size = GgufFile::open(model).file_size();
+    ASSERT_GE(file_size, cap * 5 / 2);
+
+    const std::string logits = temp_dir() + "/capped.logits";
+    const CommandResult stock = run_epq({"run", "-m", model, "-p", kPrompt, "-n", "16", "-t", "2", "-b", "32", "-c",
+                                         "512", "--no-pager", "--logits-out", logits});
+    ASSERT_EQ(stock.exit_code, 0) << stock.err;
+
+    const std::string memcap = std::string(EPQ_SOURCE_DIR) + "/scripts/memcap.sh";
+    const std::string paged_logits = temp_dir() + "/capped-paged.logits";
+    const CommandResult capped = run_command(
+        {memcap, "256M", "--", EPQ_BINARY, "run", "-m",  model,     "-p",   kPrompt,        "-n",        "16",
+         "-t",   "2",    "-b", "32",       "-c",  "512", "--arena", "auto", "--logits-out", paged_logits});
+    if (capped.exit_code == 77) {
+        GTEST_SKIP() << "no memory cgroup here: " << capped.err;
+    }
+    ASSERT_EQ(capped.exit_code, 0) << capped.err;
+    EXPECT_NE(capped.err.find("OOM-killed: no"), std::string::npos) << capped.err;
+    EXPECT_EQ(capped.out, stock.out);
+    EXPECT_TRUE(read_file(paged_logits) == read_file(logits)) << "capped run's logits differ from stock";
+}
+
+TEST(PagerBadInput, ArenaBelowTheMinimumNamesIt) {
+    const std::string model = synth_model("tiny-olmoe", tiny("olmoe"));
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
+    const CommandResult r =
+        run_epq({"run", "-m", model, "-p", "hi", "-n", "2", "--arena", std::to_string(idx.min_arena_bytes - 1)});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.err.find("below the minimum of"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(std::to_string(idx.min_arena_bytes) + " B"), std::string::npos) << r.err;
+    const CommandResult bad = run_epq({"run", "-m", model, "-p", "hi", "--arena", "lots"});
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_NE(bad.err.find("--arena expects a size"), std::string::npos) << bad.err;
+}
+
+TEST(PagerBadInput, ReadErrorIsAClearErrorNotWrongTokens) {
+    const std::string model = synth_model("tiny-qwen3moe", tiny("qwen3moe"));
+    setenv("EPQ_INJECT_READ_ERROR_AFTER", "40", 1);
+    const CommandResult r = run_epq({"run", "-m", model, "-p", kPrompt, "-n", "32", "--arena", "600K"});
+    unsetenv("EPQ_INJECT_READ_ERROR_AFTER");
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(r.err.find("epq: error: read error on " + model), std::string::npos) << r.err;
+}
+
+TEST(PagerBadInput, ModelTruncatedWhileRunningStopsWithAClearError) {
+    const std::vector<uint8_t> bytes = read_file(synth_model("tiny-qwen3moe", tiny("qwen3moe")));
+    const std::string model = temp_dir() + "/to-truncate.gguf";
+    write_file(model, bytes);
+    const std::string out = temp_dir() + "/truncate.out";
+    // The second turn starts only after the first reply appeared, and the file is cut between.
+    const std::string script = "(echo Hello; while [ ! -s '" + out + "' ]; do sleep 0.05; done; truncate -s " +
+                               std::to_string(bytes.size() / 2) + " '" + model + "'; echo Again; echo More) | '" +
+                               EPQ_BINARY + "' chat -m '" + model + "' -n 16 -t 2 --arena 600K > '" + out + "'";
+    const CommandResult r = run_command({"bash", "-c", script});
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(r.err.find("truncated") != std::string::npos || r.err.find("modified") != std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("Bus error"), std::string::npos) << r.err;
+}
