@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Quick start 2: set up, build and run the whole test suite, then again under ASan+UBSan, and
-# the threaded synthesizer under TSan. `--fast` skips the sanitizer builds.
+# the threaded parts (synthesizer writer, read pool) under TSan. `--fast` skips the sanitizer builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,5 +18,5 @@ if ((fast == 0)); then
      ctest -j "$jobs" --output-on-failure)
   echo "test: TSan build (threaded parts)"
   scripts/setup.sh build-tsan -DEPQ_SANITIZE=thread
-  (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j "$jobs" --output-on-failure -R '^Synth\.')
+  (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j "$jobs" --output-on-failure -R '^(Synth|ReadPool|DirectReader)\.')
 fi

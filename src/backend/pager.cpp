@@ -304,6 +304,7 @@ PagerStats Pager::stats() const {
     s.bytes_read = rs.bytes;
     s.read_requests = rs.requests;
     s.read_busy_seconds = rs.busy_seconds;
+    s.read_wall_seconds = rs.wall_seconds;
     return s;
 }
 

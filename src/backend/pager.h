@@ -35,6 +35,7 @@ struct PagerStats {
     uint64_t bytes_read = 0;
     uint64_t read_requests = 0;
     double read_busy_seconds = 0.0;  // summed over read threads
+    double read_wall_seconds = 0.0;  // with at least one read in flight
     double wait_seconds = 0.0;       // compute stalled on reads
     double compute_seconds = 0.0;    // expert matmuls
     bool direct_io = false;

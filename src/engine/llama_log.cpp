@@ -1,5 +1,6 @@
 #include "engine/llama_log.h"
 
+#include "backend/pager_device.h"
 #include "llama.h"
 
 #include <cstdio>
@@ -17,7 +18,8 @@ void quiet_logger(ggml_log_level level, const char * text, void *) {
     } else {
         g_last_level = level;
     }
-    if (level == GGML_LOG_LEVEL_ERROR) {
+    // When the pager failed, its own message says why; llama.cpp's follow-up errors only repeat it.
+    if (level == GGML_LOG_LEVEL_ERROR && *pager_last_error() == '\0') {
         std::fprintf(stderr, "llama.cpp: %s", text);
     }
 }

@@ -2,6 +2,7 @@
 
 #include "util/byte_size.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sys/resource.h>
 
@@ -35,17 +36,28 @@ std::string RunReport::text() const {
         const double tokens = gen.n_prompt + gen.n_generated;
         std::snprintf(buf, sizeof buf,
                       "epq: arena %s: hit rate %.1f%% (%llu hits, %llu misses, %llu evictions) | read %s in %llu "
-                      "requests (%s per token, %s/s per read thread, %s) | waiting on reads %.2f s, expert matmuls "
+                      "requests (%s per token, %s/s while reading, %s) | waiting on reads %.2f s, expert matmuls "
                       "%.2f s\n",
                       format_bytes(arena_bytes).c_str(), 100.0 * ratio(double(p.hits), double(p.expert_lookups)),
                       static_cast<unsigned long long>(p.hits), static_cast<unsigned long long>(p.misses),
                       static_cast<unsigned long long>(p.evictions), format_bytes(p.bytes_read).c_str(),
                       static_cast<unsigned long long>(p.read_requests),
                       format_bytes(static_cast<uint64_t>(ratio(double(p.bytes_read), tokens))).c_str(),
-                      format_bytes(static_cast<uint64_t>(ratio(double(p.bytes_read), p.read_busy_seconds))).c_str(),
+                      format_bytes(static_cast<uint64_t>(ratio(double(p.bytes_read), p.read_wall_seconds))).c_str(),
                       p.direct_io ? "O_DIRECT" : "buffered: O_DIRECT unsupported here", p.wait_seconds,
                       p.compute_seconds);
         out += buf;
+        if (pager_after_prefill && gen.n_generated > 0) {
+            const auto & a = *pager_after_prefill;
+            const uint64_t lookups = p.expert_lookups - a.expert_lookups, misses = p.misses - a.misses;
+            std::snprintf(
+                buf, sizeof buf, "epq: decode only: hit rate %.1f%%, read %s per generated token (prefill read %s)\n",
+                100.0 * ratio(double(lookups - std::min(lookups, misses)), double(lookups)),
+                format_bytes(static_cast<uint64_t>(ratio(double(p.bytes_read - a.bytes_read), gen.n_generated)))
+                    .c_str(),
+                format_bytes(a.bytes_read).c_str());
+            out += buf;
+        }
     }
     return out;
 }
@@ -75,10 +87,19 @@ nlohmann::json RunReport::json() const {
         j["bytes_read"] = p.bytes_read;
         j["read_requests"] = p.read_requests;
         j["bytes_read_per_token"] = ratio(double(p.bytes_read), tokens);
-        j["read_bandwidth_bytes_per_second"] = ratio(double(p.bytes_read), p.read_busy_seconds);
+        j["read_bandwidth_bytes_per_second"] = ratio(double(p.bytes_read), p.read_wall_seconds);
+        j["read_seconds"] = p.read_wall_seconds;
         j["read_wait_seconds"] = p.wait_seconds;
         j["expert_compute_seconds"] = p.compute_seconds;
         j["direct_io"] = p.direct_io;
+        if (pager_after_prefill) {
+            const auto & a = *pager_after_prefill;
+            const uint64_t lookups = p.expert_lookups - a.expert_lookups, misses = p.misses - a.misses;
+            j["prefill_bytes_read"] = a.bytes_read;
+            j["decode_bytes_read"] = p.bytes_read - a.bytes_read;
+            j["decode_bytes_read_per_token"] = ratio(double(p.bytes_read - a.bytes_read), gen.n_generated);
+            j["decode_hit_rate"] = ratio(double(lookups - std::min(lookups, misses)), double(lookups));
+        }
     }
     return j;
 }

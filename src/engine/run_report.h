@@ -12,7 +12,8 @@ namespace epq {
 
 struct RunReport {
     GenerationStats gen;
-    std::optional<PagerStats> pager;  // absent for --no-pager runs
+    std::optional<PagerStats> pager;                // absent for --no-pager runs
+    std::optional<PagerStats> pager_after_prefill;  // to split reads between prefill and decode
     double load_seconds = 0.0;
     double ttft_seconds = 0.0;  // from the start of the run (model load included) to the first token
     uint64_t peak_rss_bytes = 0;

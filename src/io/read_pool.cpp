@@ -65,6 +65,9 @@ void ReadPool::worker() {
             }
             job = std::move(queue_.front());
             queue_.pop_front();
+            if (active_++ == 0) {
+                active_since_ = std::chrono::steady_clock::now();
+            }
         }
         std::string error;
         const auto t0 = std::chrono::steady_clock::now();
@@ -79,6 +82,10 @@ void ReadPool::worker() {
             ++stats_.requests;
             stats_.bytes += job.req.len;
             stats_.busy_seconds += secs;
+            if (--active_ == 0) {
+                stats_.wall_seconds +=
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - active_since_).count();
+            }
         }
         {
             std::lock_guard<std::mutex> lock(job.ticket->mu_);

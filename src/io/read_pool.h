@@ -5,6 +5,7 @@
 
 #include "io/direct_reader.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -42,6 +43,7 @@ struct ReadStats {
     uint64_t requests = 0;
     uint64_t bytes = 0;
     double busy_seconds = 0.0;  // summed over threads
+    double wall_seconds = 0.0;  // time with at least one read in flight: bytes / this is the bandwidth
 };
 
 class ReadPool {
@@ -67,6 +69,8 @@ private:
     std::deque<Job> queue_;
     bool stop_ = false;
     ReadStats stats_;
+    int active_ = 0;
+    std::chrono::steady_clock::time_point active_since_;
     std::vector<std::thread> threads_;
 };
 

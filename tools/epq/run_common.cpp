@@ -164,7 +164,10 @@ int run_generation(const RunOptions & o) {
             ++step;
             return true;
         },
-        [&](int, const float * logits, int32_t n_vocab) {
+        [&](int i, const float * logits, int32_t n_vocab) {
+            if (i == 0 && m.paged) {
+                report.pager_after_prefill = m.paged->pager().stats();
+            }
             if (logits_file) {
                 logits_file->write(reinterpret_cast<const char *>(logits),
                                    static_cast<std::streamsize>(n_vocab) * static_cast<std::streamsize>(sizeof(float)));
