@@ -105,12 +105,12 @@ TEST(PagerGate, MultiTurnChatMatchesStock) {
 TEST(PagerGate, MemoryCappedRunOfAModelSeveralTimesTheCap) {
     // A model ~3x the cap; its dense part fits.
     SynthConfig cfg = tiny("qwen3moe");
-    cfg.shape.n_layer = 12;
+    cfg.shape.n_layer = 14;
     cfg.shape.n_expert = 256;
     cfg.shape.n_expert_used = 8;
     cfg.shape.n_ff_exp = 512;
     const std::string model = synth_model("capped", cfg);
-    const uint64_t cap = 256ull << 20;
+    const uint64_t cap = 320ull << 20;
     const uint64_t file_size = GgufFile::open(model).file_size();
     ASSERT_GE(file_size, cap * 5 / 2);
 
@@ -122,7 +122,7 @@ TEST(PagerGate, MemoryCappedRunOfAModelSeveralTimesTheCap) {
     const std::string memcap = std::string(EPQ_SOURCE_DIR) + "/scripts/memcap.sh";
     const std::string paged_logits = temp_dir() + "/capped-paged.logits";
     const CommandResult capped = run_command(
-        {memcap, "256M", "--", EPQ_BINARY, "run", "-m",  model,     "-p",   kPrompt,        "-n",        "16",
+        {memcap, "320M", "--", EPQ_BINARY, "run", "-m",  model,     "-p",   kPrompt,        "-n",        "16",
          "-t",   "2",    "-b", "32",       "-c",  "512", "--arena", "auto", "--logits-out", paged_logits});
     if (capped.exit_code == 77) {
         GTEST_SKIP() << "no memory cgroup here: " << capped.err;

@@ -140,6 +140,9 @@ void Pager::compute_group(ggml_tensor * node, const LayerLayout & layer, const M
         }
     }
     const int64_t n = static_cast<int64_t>(entries.size());
+    if (n > 0) {
+        idg_[0] = fault_slot(idg_[0], pool);
+    }
     xg_.resize(static_cast<size_t>(n * n_in));
     outg_.resize(static_cast<size_t>(n * n_out));
     for (int64_t j = 0; j < n; ++j) {
@@ -262,10 +265,7 @@ void Pager::mul_mat_id(ggml_tensor * node) {
                 std::vector<const Use *> arrived;
                 while (i < pending.size() && (arrived.empty() || pending[i]->ticket->done())) {
                     pending[i]->ticket->wait();  // rethrows a read error
-                    arena_.loaded(pending[i]->ref);
-                    if (corrupt_countdown_ > 0 && --corrupt_countdown_ == 0) {
-                        slot_ptr(pending[i]->ref)[layer->matrices.front().slot_offset + 7] ^= 0x10;
-                    }
+                    loaded(*layer, pending[i]->ref);
                     arrived.push_back(pending[i++]);
                 }
                 compute_ready(arrived);
@@ -291,6 +291,113 @@ void Pager::mul_mat_id(ggml_tensor * node) {
             arena_.unpin(u.ref);
         }
     }
+}
+
+void Pager::inject_fault(const std::string & kind, uint64_t after) {
+    if (kind == "corrupt-slot") {
+        corrupt_countdown_ = std::max<uint64_t>(1, after);
+    } else if (kind == "wrong-slot") {
+        wrong_slot_countdown_ = std::max<uint64_t>(1, after);
+    } else if (!kind.empty()) {
+        throw Error("unknown EPQ_FAULT '" + kind + "' (corrupt-slot or wrong-slot)");
+    }
+}
+
+void Pager::loaded(const LayerLayout & layer, SlotRef r) {
+    arena_.loaded(r);
+    if (corrupt_countdown_ > 0 && --corrupt_countdown_ == 0) {
+        slot_ptr(r)[layer.matrices.front().slot_offset + 7] ^= 0x10;
+    }
+}
+
+int32_t Pager::fault_slot(int32_t slot, uint32_t pool) {
+    if (wrong_slot_countdown_ > 0 && --wrong_slot_countdown_ == 0) {
+        wrong_slot_active_ = true;
+    }
+    const uint32_t n = plan_.pools[pool].n_slots;
+    return wrong_slot_active_ && n > 1 ? static_cast<int32_t>((static_cast<uint32_t>(slot) + 1) % n) : slot;
+}
+
+Pager::ExpertForward Pager::expert_forward(int layer_no, int32_t expert, const std::vector<float> & x, float weight) {
+    const LayerLayout * layer = nullptr;
+    for (const auto & l : layout_.layers) {
+        if (l.layer == layer_no) {
+            layer = &l;
+        }
+    }
+    if (!layer) {
+        throw Error("layer " + std::to_string(layer_no) + " has no routed experts");
+    }
+    const MatrixPlacement *gate = nullptr, *up = nullptr, *down = nullptr;
+    for (const auto & m : layer->matrices) {
+        (m.kind == "gate" ? gate : m.kind == "up" ? up : m.kind == "down" ? down : gate) = &m;
+    }
+    if (!gate || !up || !down || gate->kind != "gate") {
+        throw Error("layer " + std::to_string(layer_no) + " does not have separate gate, up and down experts");
+    }
+    auto a = arena_.acquire({static_cast<uint32_t>(layer_no), static_cast<uint32_t>(expert)}, layer->size_class);
+    if (!a) {
+        throw Error("internal: no arena slot for the kernel check");
+    }
+    ExpertForward f;
+    try {
+        if (!a->hit) {
+            load(*layer, expert, a->ref)->wait();
+            loaded(*layer, a->ref);
+        }
+        const int64_t n_embd = gate->n_in, n_ff = gate->n_out;
+        const uint32_t pool = a->ref.pool;
+        const size_t mem = 16 * ggml_tensor_overhead() + ggml_graph_overhead_custom(16, false) + 256;
+        std::vector<uint8_t> ctx_mem(mem);
+        ggml_init_params ip{mem, ctx_mem.data(), true};
+        ggml_context * ctx = ggml_init(ip);
+        auto weights = [&](const MatrixPlacement & m) {
+            ggml_tensor * w =
+                ggml_new_tensor_3d(ctx, static_cast<ggml_type>(m.type), m.n_in, m.n_out, plan_.pools[pool].n_slots);
+            w->data = pool_mem_[pool] + m.slot_offset;
+            w->nb[2] = plan_.pools[pool].slot_bytes;
+            w->nb[3] = w->nb[2] * static_cast<size_t>(w->ne[2]);
+            return w;
+        };
+        std::vector<float> xin(x), wv{weight};
+        int32_t slot = fault_slot(static_cast<int32_t>(a->ref.slot), a->ref.pool);
+        f.gate.resize(static_cast<size_t>(n_ff));
+        f.up.resize(static_cast<size_t>(n_ff));
+        f.h.resize(static_cast<size_t>(n_ff));
+        f.down.resize(static_cast<size_t>(n_embd));
+        f.out.resize(static_cast<size_t>(n_embd));
+        ggml_tensor * xt = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n_embd, 1, 1);
+        xt->data = xin.data();
+        ggml_tensor * it = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, 1);
+        it->data = &slot;
+        ggml_tensor * wt = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 1, 1, 1);
+        wt->data = wv.data();
+        ggml_tensor * g = ggml_mul_mat_id(ctx, weights(*gate), xt, it);
+        g->data = f.gate.data();
+        ggml_tensor * u = ggml_mul_mat_id(ctx, weights(*up), xt, it);
+        u->data = f.up.data();
+        ggml_tensor * h = ggml_swiglu_split(ctx, g, u);
+        h->data = f.h.data();
+        ggml_tensor * d = ggml_mul_mat_id(ctx, weights(*down), h, it);
+        d->data = f.down.data();
+        ggml_tensor * o = ggml_mul(ctx, d, wt);
+        o->data = f.out.data();
+        ggml_cgraph * gf = ggml_new_graph_custom(ctx, 16, false);
+        ggml_build_forward_expand(gf, o);
+        const ggml_status st = ggml_backend_graph_compute(cpu_, gf);
+        ggml_free(ctx);
+        if (st != GGML_STATUS_SUCCESS) {
+            throw Error("the CPU expert forward failed");
+        }
+    } catch (...) {
+        if (!arena_.is_ready(a->ref)) {
+            arena_.failed(a->ref);
+        }
+        arena_.unpin(a->ref);
+        throw;
+    }
+    arena_.unpin(a->ref);
+    return f;
 }
 
 PagerStats Pager::stats() const {

@@ -56,13 +56,22 @@ public:
     // Reads part of an expert tensor's bytes straight from the file (ggml get_tensor).
     void read_tensor(const ggml_tensor * t, void * data, size_t offset, size_t size) const;
 
+    // One expert's forward through the arena, as llama.cpp's graph computes it: gate and up
+    // MUL_MAT_ID, SwiGLU, down MUL_MAT_ID, times the routing weight. For `epq verify kernel`.
+    struct ExpertForward {
+        std::vector<float> gate, up, h, down, out;
+    };
+    ExpertForward expert_forward(int layer, int32_t expert, const std::vector<float> & x, float weight);
+
     void set_n_threads(int n);
     PagerStats stats() const;
     const ArenaPlan & plan() const { return plan_; }
     const SlotLayout & layout() const { return layout_; }
 
-    // Test hook: after the Nth expert read from now (1 = next), one byte of that slot is flipped.
-    void inject_slot_corruption_after(uint64_t n) { corrupt_countdown_ = n; }
+    // Test-only faults that every verify check must catch (EPQ_FAULT=corrupt-slot|wrong-slot,
+    // EPQ_FAULT_AFTER=N): flip one byte of the Nth expert read, or from the Nth expert matmul on
+    // compute one selected expert from the wrong slot.
+    void inject_fault(const std::string & kind, uint64_t after);
 
 private:
     struct Use {  // one selected expert of the current op
@@ -87,7 +96,12 @@ private:
     int n_threads_ = 1;
     uint32_t n_expert_ = 0;
     PagerStats stats_;
+    void loaded(const LayerLayout & layer, SlotRef r);
+    int32_t fault_slot(int32_t slot, uint32_t pool);
+
     uint64_t corrupt_countdown_ = 0;
+    uint64_t wrong_slot_countdown_ = 0;
+    bool wrong_slot_active_ = false;
     // scratch for gathered rows, ids and outputs
     std::vector<float> xg_, outg_;
     std::vector<int32_t> idg_;

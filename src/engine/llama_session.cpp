@@ -31,6 +31,8 @@ LlamaSession::LlamaSession(const std::string & model_path, const SessionOptions 
     cp.n_ubatch = opts.n_batch;
     cp.n_threads = opts.n_threads;
     cp.n_threads_batch = opts.n_threads;
+    cp.cb_eval = opts.cb_eval;
+    cp.cb_eval_user_data = opts.cb_eval_user_data;
     ctx_ = llama_init_from_model(model_, cp);
     if (!ctx_) {
         llama_model_free(model_);

@@ -21,6 +21,9 @@ struct SessionOptions {
     bool use_extra_bufts = false;
     // Expert tensors to the pager's buffer type (PagedModel::overrides); null for stock.
     const llama_model_tensor_buft_override * overrides = nullptr;
+    // Observes graph nodes (llama_context_params.cb_eval); used by the verify checks.
+    ggml_backend_sched_eval_callback cb_eval = nullptr;
+    void * cb_eval_user_data = nullptr;
 };
 
 class LlamaSession {

@@ -11,6 +11,13 @@
 
 namespace epq {
 
+void apply_fault_env(Pager & pager) {
+    if (const char * fault = std::getenv("EPQ_FAULT"); fault && *fault) {
+        const char * after = std::getenv("EPQ_FAULT_AFTER");
+        pager.inject_fault(fault, after ? std::strtoull(after, nullptr, 10) : 1);
+    }
+}
+
 uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx) {
     const std::string a = file.architecture();
     const int64_t n_layer = file.get_int(a + ".block_count").value_or(0);
@@ -33,7 +40,7 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
             n_vocab = tok->ne[1];
         }
         const uint64_t compute =
-            static_cast<uint64_t>(n_vocab) * 4 * std::min<uint32_t>(opts.n_batch, 512) + (64ull << 20);
+            static_cast<uint64_t>(n_vocab) * 4 * std::min<uint32_t>(opts.n_batch, 512) + (16ull << 20);
         const ArenaSizing s = auto_arena(available_memory(), index_.dense_bytes, estimate_kv_bytes(file, opts.n_ctx),
                                          compute, index_.min_arena_bytes);
         arena = s.arena_bytes;
@@ -56,6 +63,7 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     po.arena_bytes = arena;
     po.read_threads = opts.read_threads;
     pager_ = std::make_unique<Pager>(path, index_, po);
+    apply_fault_env(*pager_);
 
     register_pager_device();
     attach_pager(pager_.get());

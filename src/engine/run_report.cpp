@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 #include <sys/resource.h>
 
 namespace epq {
@@ -12,6 +13,23 @@ uint64_t peak_rss_bytes() {
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);
     return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+uint64_t storage_read_bytes() {
+    FILE * f = std::fopen("/proc/self/io", "r");
+    if (!f) {
+        return 0;
+    }
+    char key[64];
+    unsigned long long v = 0;
+    uint64_t out = 0;
+    while (std::fscanf(f, "%63s %llu", key, &v) == 2) {
+        if (std::string(key) == "read_bytes:") {
+            out = v;
+        }
+    }
+    std::fclose(f);
+    return out;
 }
 
 namespace {
@@ -25,11 +43,15 @@ double ratio(double a, double b) {
 std::string RunReport::text() const {
     char buf[1024];
     std::string out;
-    std::snprintf(buf, sizeof buf,
-                  "epq: prompt %d tokens in %.2f s (%.2f tok/s) | generated %d tokens in %.2f s (%.2f tok/s) | "
-                  "load %.2f s, first token after %.2f s | %d threads | peak RSS %s\n",
-                  gen.n_prompt, gen.prefill_seconds, gen.prefill_tps(), gen.n_generated, gen.decode_seconds,
-                  gen.decode_tps(), load_seconds, ttft_seconds, n_threads, format_bytes(peak_rss_bytes).c_str());
+    std::snprintf(
+        buf, sizeof buf,
+        "epq: prompt %d tokens in %.2f s (%.2f tok/s) | generated %d tokens in %.2f s (%.2f tok/s) | "
+        "load %.2f s, first token after %.2f s | %d threads | peak RSS %s | read from storage %s "
+        "(%s per token)\n",
+        gen.n_prompt, gen.prefill_seconds, gen.prefill_tps(), gen.n_generated, gen.decode_seconds, gen.decode_tps(),
+        load_seconds, ttft_seconds, n_threads, format_bytes(peak_rss_bytes).c_str(),
+        format_bytes(storage_read_bytes).c_str(),
+        format_bytes(static_cast<uint64_t>(ratio(double(storage_read_bytes), gen.n_prompt + gen.n_generated))).c_str());
     out += buf;
     if (pager) {
         const auto & p = *pager;
@@ -73,6 +95,7 @@ nlohmann::json RunReport::json() const {
     j["load_seconds"] = load_seconds;
     j["time_to_first_token_seconds"] = ttft_seconds;
     j["peak_rss_bytes"] = peak_rss_bytes;
+    j["storage_read_bytes"] = storage_read_bytes;
     j["threads"] = n_threads;
     j["paged"] = pager.has_value();
     if (pager) {

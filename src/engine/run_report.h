@@ -17,6 +17,7 @@ struct RunReport {
     double load_seconds = 0.0;
     double ttft_seconds = 0.0;  // from the start of the run (model load included) to the first token
     uint64_t peak_rss_bytes = 0;
+    uint64_t storage_read_bytes = 0;  // this process's reads from storage (/proc/self/io), mmap faults included
     int n_threads = 0;
     uint64_t arena_bytes = 0;
 
@@ -26,6 +27,8 @@ struct RunReport {
 
 // Peak resident set size of this process so far.
 uint64_t peak_rss_bytes();
+// Bytes this process caused to be read from storage so far (0 where the kernel does not say).
+uint64_t storage_read_bytes();
 
 // One line for --stats after each token: what changed since `before`.
 std::string token_stats_line(int step, const PagerStats & before, const PagerStats & after, double seconds);

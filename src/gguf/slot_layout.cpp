@@ -17,6 +17,10 @@ uint64_t place_matrices(const std::vector<ExpertTensor> & tensors, std::vector<M
     for (const auto & t : tensors) {
         MatrixPlacement m;
         m.name = t.name;
+        m.kind = t.kind;
+        m.type = t.type;
+        m.n_in = t.ne[0];
+        m.n_out = t.ne[1];
         m.file_offset = t.file_offset;
         m.stride = t.expert_stride;
         const uint64_t skew = t.expert_stride % kPage == 0 ? t.file_offset % kPage : 0;

@@ -14,7 +14,10 @@
 namespace epq {
 
 struct MatrixPlacement {
-    std::string name;           // GGUF tensor name
+    std::string name;  // GGUF tensor name
+    std::string kind;  // gate, up, down, gate_up
+    int type = 0;      // ggml type
+    int64_t n_in = 0, n_out = 0;
     uint64_t slot_offset = 0;   // where the matrix starts inside a slot
     uint64_t region_begin = 0;  // its 4 KiB-aligned region inside the slot
     uint64_t region_end = 0;

@@ -14,5 +14,6 @@ Handler add_inspect(CLI::App & app);
 Handler add_run(CLI::App & app);
 Handler add_demo(CLI::App & app);
 Handler add_chat(CLI::App & app);
+Handler add_verify(CLI::App & app);
 
 }  // namespace epq::cli

@@ -91,6 +91,7 @@ void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
     report.load_seconds = m.load_seconds;
     report.n_threads = m.n_threads;
     report.peak_rss_bytes = peak_rss_bytes();
+    report.storage_read_bytes = storage_read_bytes();
     if (m.paged) {
         report.pager = m.paged->pager().stats();
         report.arena_bytes = m.paged->pager().plan().bytes;

@@ -1,0 +1,170 @@
+#include "gguf/expert_index.h"
+#include "util/byte_size.h"
+#include "util/error.h"
+#include "verify/sample_text.h"
+#include "verify/self_run.h"
+#include "verify/verify.h"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace epq {
+
+namespace {
+
+// Arenas to try: the minimum (evicts constantly), a medium one, and one that holds everything.
+std::vector<std::pair<std::string, uint64_t>> arenas(const ExpertIndex & idx) {
+    const uint64_t all = idx.expert_bytes + idx.expert_bytes / 8 + (16ull << 20);
+    return {{"minimum", idx.min_arena_bytes},
+            {"medium", std::max(idx.min_arena_bytes * 2, idx.expert_bytes / 4)},
+            {"everything", all}};
+}
+
+// The faults a test plants travel to the child runs through the environment.
+std::vector<std::string> fault_env() {
+    std::vector<std::string> env;
+    for (const char * name : {"EPQ_FAULT", "EPQ_FAULT_AFTER"}) {
+        if (const char * v = std::getenv(name)) {
+            env.push_back(std::string(name) + "=" + v);
+        }
+    }
+    return env;
+}
+
+struct Gen {
+    SelfRun run;
+    std::string logits;
+};
+
+Gen generate(const VerifyOptions & o, int n, int threads, const std::vector<std::string> & mode,
+             const std::string & tag, bool with_faults) {
+    const std::string logits = scratch_dir() + "/" + tag + ".logits";
+    std::vector<std::string> args = {"run",
+                                     "-m",
+                                     o.model,
+                                     "-p",
+                                     sample_text(),
+                                     "-n",
+                                     std::to_string(n),
+                                     "-t",
+                                     std::to_string(threads),
+                                     "-c",
+                                     std::to_string(n + 512),
+                                     "--logits-out",
+                                     logits};
+    args.insert(args.end(), mode.begin(), mode.end());
+    Gen g;
+    g.run = run_self(o.self_exe, args, with_faults ? fault_env() : std::vector<std::string>{});
+    if (g.run.exit_code != 0) {
+        throw Error("epq " + tag + " failed: " +
+                    g.run.err.substr(g.run.err.rfind("epq:") == std::string::npos ? 0 : g.run.err.rfind("epq:")));
+    }
+    g.logits = read_whole_file(logits);
+    return g;
+}
+
+}  // namespace
+
+CheckReport verify_generate(const VerifyOptions & o) {
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(o.model));
+    const int n = o.fast ? std::min(o.n_generate, 64) : o.n_generate;
+    CheckReport r;
+    r.check = "generate";
+    std::ostringstream md, rows;
+    bool all_ok = true;
+    nlohmann::json jcases = nlohmann::json::array();
+    for (int threads : {1, 2}) {
+        const Gen stock = generate(o, n, threads, {"--no-pager"}, "stock-t" + std::to_string(threads), false);
+        for (const auto & [name, bytes] : arenas(idx)) {
+            const std::string tag = name + "-t" + std::to_string(threads);
+            const Gen paged = generate(o, n, threads, {"--arena", std::to_string(bytes)}, tag, true);
+            const bool tokens_same = paged.run.out == stock.run.out;
+            const bool logits_same = paged.logits == stock.logits && !stock.logits.empty();
+            // First step whose logits differ, for the report.
+            const size_t step_bytes = stock.logits.size() / static_cast<size_t>(std::max(1, n));
+            long first_diff = -1;
+            for (size_t i = 0; i < std::min(stock.logits.size(), paged.logits.size()); ++i) {
+                if (stock.logits[i] != paged.logits[i]) {
+                    first_diff = step_bytes ? static_cast<long>(i / step_bytes) : 0;
+                    break;
+                }
+            }
+            const bool ok = tokens_same && logits_same;
+            all_ok = all_ok && ok;
+            rows << "| " << threads << " | " << name << " (" << format_bytes(bytes) << ") | " << n << " | "
+                 << (tokens_same ? "identical" : "DIFFER") << " | " << (logits_same ? "bit-identical" : "DIFFER")
+                 << " | " << (first_diff < 0 ? std::string("-") : std::to_string(first_diff)) << " | "
+                 << (ok ? "PASS" : "FAIL") << " |\n";
+            jcases.push_back({{"threads", threads},
+                              {"arena", name},
+                              {"arena_bytes", bytes},
+                              {"tokens", n},
+                              {"tokens_identical", tokens_same},
+                              {"logits_identical", logits_same},
+                              {"first_differing_step", first_diff},
+                              {"pass", ok}});
+        }
+    }
+    r.pass = all_ok;
+    md << "# Autoregressive equivalence with stock llama.cpp\n\n**Verdict:** " << (all_ok ? "PASS" : "FAIL")
+       << "  \n**Model:** `" << o.model << "`  \n**Method:** " << n
+       << " greedy tokens after the same English prompt; every step's full-vocabulary logits compared byte for "
+          "byte with stock llama.cpp (`--no-pager`, no weight repacking, same thread count).\n\n"
+       << "| Threads | Arena | Tokens | Tokens | Logits | First differing step | Verdict "
+          "|\n|---:|---|---:|---|---|---:|---|\n"
+       << rows.str() << "\nPrefetch: not implemented yet, so there is no prefetch on/off axis.\n";
+    r.markdown = md.str();
+    r.summary = std::string(all_ok ? "PASS" : "FAIL") + ": " + std::to_string(n) +
+                " greedy tokens, logits bit-identical to stock for 3 arena sizes x 1 and 2 threads";
+    if (!all_ok) {
+        r.summary = "FAIL: " + std::to_string(n) + " greedy tokens: logits or tokens differ from stock (see report)";
+    }
+    r.json = {{"cases", jcases}, {"tokens", n}, {"model", o.model}};
+    return r;
+}
+
+CheckReport verify_determinism(const VerifyOptions & o) {
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(o.model));
+    const int runs = o.fast ? std::min(o.runs, 3) : o.runs;
+    const auto sizes = arenas(idx);
+    CheckReport r;
+    r.check = "determinism";
+    std::ostringstream md, lines;
+    std::string first;
+    bool all_ok = true;
+    nlohmann::json jruns = nlohmann::json::array();
+    for (int i = 0; i < runs; ++i) {
+        // A different arena each run: what was resident, and where, differs between runs.
+        const auto & [name, bytes] = sizes[static_cast<size_t>(i) % sizes.size()];
+        const Gen g = generate(o, o.n_determinism, o.n_threads, {"--arena", std::to_string(bytes)},
+                               "det" + std::to_string(i), true);
+        if (i == 0) {
+            first = g.logits;
+        }
+        const bool same = g.logits == first && !first.empty();
+        all_ok = all_ok && same;
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "run%d: %.1fs (arena %s, %s)%s", i, g.run.seconds, name.c_str(),
+                      format_bytes(bytes).c_str(), i == 0 ? "" : (same ? " identical" : " DIFFERS"));
+        lines << buf << "\n";
+        jruns.push_back({{"run", i}, {"seconds", g.run.seconds}, {"arena", name}, {"identical_to_run0", same}});
+    }
+    const size_t vocab_bytes = first.size() / static_cast<size_t>(std::max(1, o.n_determinism));
+    r.pass = all_ok;
+    md << "# Determinism\n\n**Verdict:** " << (all_ok ? "PASS" : "FAIL") << "  \n**Model:** `" << o.model << "`  \n"
+       << runs << " runs x " << o.n_determinism << " tokens x " << vocab_bytes / 4 << " vocab, " << o.n_threads
+       << " threads\n\n```\n"
+       << lines.str() << "```\n\n"
+       << (all_ok ? "run1..run" + std::to_string(runs - 1) +
+                        " are byte-identical to run0, although each run had a different arena."
+                  : "Some runs differ from run0.")
+       << "\n";
+    r.markdown = md.str();
+    r.summary = std::string(all_ok ? "PASS" : "FAIL") + ": " + std::to_string(runs) + " runs x " +
+                std::to_string(o.n_determinism) + " tokens, full-vocabulary logits " +
+                (all_ok ? "byte-identical" : "differ");
+    r.json = {{"runs", jruns}, {"tokens", o.n_determinism}};
+    return r;
+}
+
+}  // namespace epq

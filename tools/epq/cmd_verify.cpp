@@ -1,0 +1,127 @@
+#include "commands.h"
+
+#include "util/error.h"
+#include "verify/self_run.h"
+#include "verify/verify.h"
+
+#include <climits>
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+namespace epq::cli {
+
+namespace {
+
+std::string self_exe() {
+    char buf[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) {
+        throw Error("cannot find the epq binary (/proc/self/exe)");
+    }
+    return std::string(buf, static_cast<size_t>(n));
+}
+
+const std::vector<std::string> kChecks = {"kernel", "layer", "multitoken", "generate", "determinism"};
+
+CheckReport run_check(const std::string & check, const VerifyOptions & o) {
+    if (check == "kernel")
+        return verify_kernel(o);
+    if (check == "layer")
+        return verify_layer(o);
+    if (check == "multitoken")
+        return verify_multitoken(o);
+    if (check == "generate")
+        return verify_generate(o);
+    if (check == "determinism")
+        return verify_determinism(o);
+    throw Error("unknown check '" + check + "'");
+}
+
+// Each check of `all` runs in its own process: the stock references must not share a ggml
+// backend registry with the pager.
+int run_all(const VerifyOptions & o, const std::vector<std::string> & passthrough) {
+    std::string md =
+        "# epq verify all\n\n**Model:** `" + o.model + "`\n\n| Check | Verdict | Summary |\n|---|---|---|\n";
+    bool all_ok = true;
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto & check : kChecks) {
+        std::vector<std::string> args = {"verify", check};
+        args.insert(args.end(), passthrough.begin(), passthrough.end());
+        std::fprintf(stderr, "epq verify: %s ...\n", check.c_str());
+        const SelfRun r = run_self(o.self_exe, args);
+        nlohmann::json result;
+        try {
+            result = nlohmann::json::parse(read_whole_file(o.report_dir + "/" + check + ".json"));
+        } catch (...) {
+        }
+        const bool pass = r.exit_code == 0 && result.value("pass", false);
+        std::string summary = result.value("summary", "");
+        if (summary.empty()) {
+            const auto at = r.err.rfind("epq: error:");
+            summary = at == std::string::npos ? "did not run (exit " + std::to_string(r.exit_code) + ")"
+                                              : r.err.substr(at, r.err.find('\n', at) - at);
+        }
+        all_ok = all_ok && pass;
+        md += "| " + check + " | " + (pass ? "PASS" : "FAIL") + " | " + summary + " |\n";
+        j.push_back({{"check", check}, {"pass", pass}, {"summary", summary}, {"seconds", r.seconds}});
+        std::fprintf(stderr, "epq verify: %-11s %s (%.1f s)\n", check.c_str(), summary.c_str(), r.seconds);
+    }
+    md += "\n**Verdict:** " + std::string(all_ok ? "PASS" : "FAIL") + "\n";
+    CheckReport all;
+    all.check = "all";
+    all.pass = all_ok;
+    all.summary = all_ok ? "PASS" : "FAIL";
+    all.markdown = md;
+    all.json = {{"checks", j}, {"model", o.model}};
+    all.write(o.report_dir);
+    std::fputs(md.c_str(), stdout);
+    return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+Handler add_verify(CLI::App & app) {
+    auto * sub = app.add_subcommand("verify",
+                                    "prove the paging path exact: kernel, layer, multitoken, generate, "
+                                    "determinism, or all");
+    auto o = std::make_shared<VerifyOptions>();
+    auto check = std::make_shared<std::string>();
+    sub->add_option("check", *check, "kernel | layer | multitoken | generate | determinism | all")
+        ->required()
+        ->check(CLI::IsMember({"kernel", "layer", "multitoken", "generate", "determinism", "all"}));
+    sub->add_option("-m,--model", o->model, "GGUF model file")->required();
+    sub->add_option("--report-dir", o->report_dir, "where the Markdown and JSON reports go")->capture_default_str();
+    sub->add_option("-t,--threads", o->n_threads, "threads")->capture_default_str();
+    sub->add_option("-n,--n-predict", o->n_generate, "generate: greedy tokens")->capture_default_str();
+    sub->add_option("--runs", o->runs, "determinism: runs")->capture_default_str();
+    sub->add_option("--det-tokens", o->n_determinism, "determinism: tokens per run")->capture_default_str();
+    sub->add_option("--batch-sizes", o->batch_sizes, "multitoken: batch sizes");
+    sub->add_option("--pair", o->pairs, "kernel: LAYER:EXPERT (repeatable; default: every slot size and type)");
+    sub->add_option("--layer", o->layer, "layer: the layer to recompute (default: one per slot size)");
+    sub->add_flag("--fast", o->fast, "smaller runs (fewer tokens, batch sizes and runs)");
+    return [o, check, sub]() {
+        o->self_exe = self_exe();
+        if (*check == "all") {
+            std::vector<std::string> passthrough = {"-m",           o->model,
+                                                    "--report-dir", o->report_dir,
+                                                    "-t",           std::to_string(o->n_threads),
+                                                    "-n",           std::to_string(o->n_generate),
+                                                    "--runs",       std::to_string(o->runs),
+                                                    "--det-tokens", std::to_string(o->n_determinism)};
+            if (o->fast) {
+                passthrough.push_back("--fast");
+            }
+            return run_all(*o, passthrough);
+        }
+        (void)sub;
+        const CheckReport r = run_check(*check, *o);
+        r.write(o->report_dir);
+        std::fputs(r.markdown.c_str(), stdout);
+        std::fprintf(stderr, "epq verify %s: %s (report: %s/%s.md)\n", check->c_str(), r.summary.c_str(),
+                     o->report_dir.c_str(), check->c_str());
+        return r.pass ? 0 : 1;
+    };
+}
+
+}  // namespace epq::cli
