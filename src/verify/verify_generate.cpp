@@ -5,19 +5,29 @@
 #include "verify/self_run.h"
 #include "verify/verify.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <unistd.h>
 #include <sstream>
 
 namespace epq {
 
 namespace {
 
-// Arenas to try: the minimum (evicts constantly), a medium one, and one that holds everything.
-std::vector<std::pair<std::string, uint64_t>> arenas(const ExpertIndex & idx) {
+// Arenas to try: the minimum (evicts constantly), a medium one, and one that holds every
+// expert - or, under a memory cap, the largest the cap allows (--arena auto). Size 0 is "auto".
+std::vector<std::pair<std::string, uint64_t>> arenas(const ExpertIndex & idx, bool capped) {
     const uint64_t all = idx.expert_bytes + idx.expert_bytes / 8 + (16ull << 20);
     return {{"minimum", idx.min_arena_bytes},
             {"medium", std::max(idx.min_arena_bytes * 2, idx.expert_bytes / 4)},
-            {"everything", all}};
+            capped ? std::make_pair(std::string("auto"), uint64_t{0}) : std::make_pair(std::string("everything"), all)};
+}
+
+std::string arena_arg(uint64_t bytes) {
+    return bytes ? std::to_string(bytes) : "auto";
+}
+std::string arena_text(uint64_t bytes) {
+    return bytes ? format_bytes(bytes) : "what the cap leaves";
 }
 
 // The faults a test plants travel to the child runs through the environment.
@@ -29,6 +39,14 @@ std::vector<std::string> fault_env() {
         }
     }
     return env;
+}
+
+std::string memcap_script() {
+    const std::string p = std::string(EPQ_SOURCE_DIR) + "/scripts/memcap.sh";
+    if (access(p.c_str(), X_OK) != 0) {
+        throw Error("--memcap needs " + p + " (run epq from its build tree)");
+    }
+    return p;
 }
 
 struct Gen {
@@ -54,7 +72,14 @@ Gen generate(const VerifyOptions & o, int n, int threads, const std::vector<std:
                                      logits};
     args.insert(args.end(), mode.begin(), mode.end());
     Gen g;
-    g.run = run_self(o.self_exe, args, with_faults ? fault_env() : std::vector<std::string>{});
+    const bool paged = std::find(mode.begin(), mode.end(), "--no-pager") == mode.end();
+    if (paged && !o.memcap.empty()) {
+        // The paged process runs as on a smaller machine; the stock reference stays uncapped.
+        args.insert(args.begin(), {o.memcap, "--", o.self_exe});
+        g.run = run_self(memcap_script(), args, with_faults ? fault_env() : std::vector<std::string>{});
+    } else {
+        g.run = run_self(o.self_exe, args, with_faults ? fault_env() : std::vector<std::string>{});
+    }
     if (g.run.exit_code != 0) {
         throw Error("epq " + tag + " failed: " +
                     g.run.err.substr(g.run.err.rfind("epq:") == std::string::npos ? 0 : g.run.err.rfind("epq:")));
@@ -75,9 +100,9 @@ CheckReport verify_generate(const VerifyOptions & o) {
     nlohmann::json jcases = nlohmann::json::array();
     for (int threads : {1, 2}) {
         const Gen stock = generate(o, n, threads, {"--no-pager"}, "stock-t" + std::to_string(threads), false);
-        for (const auto & [name, bytes] : arenas(idx)) {
+        for (const auto & [name, bytes] : arenas(idx, !o.memcap.empty())) {
             const std::string tag = name + "-t" + std::to_string(threads);
-            const Gen paged = generate(o, n, threads, {"--arena", std::to_string(bytes)}, tag, true);
+            const Gen paged = generate(o, n, threads, {"--arena", arena_arg(bytes)}, tag, true);
             const bool tokens_same = paged.run.out == stock.run.out;
             const bool logits_same = paged.logits == stock.logits && !stock.logits.empty();
             // First step whose logits differ, for the report.
@@ -91,7 +116,7 @@ CheckReport verify_generate(const VerifyOptions & o) {
             }
             const bool ok = tokens_same && logits_same;
             all_ok = all_ok && ok;
-            rows << "| " << threads << " | " << name << " (" << format_bytes(bytes) << ") | " << n << " | "
+            rows << "| " << threads << " | " << name << " (" << arena_text(bytes) << ") | " << n << " | "
                  << (tokens_same ? "identical" : "DIFFER") << " | " << (logits_same ? "bit-identical" : "DIFFER")
                  << " | " << (first_diff < 0 ? std::string("-") : std::to_string(first_diff)) << " | "
                  << (ok ? "PASS" : "FAIL") << " |\n";
@@ -109,7 +134,9 @@ CheckReport verify_generate(const VerifyOptions & o) {
     md << "# Autoregressive equivalence with stock llama.cpp\n\n**Verdict:** " << (all_ok ? "PASS" : "FAIL")
        << "  \n**Model:** `" << o.model << "`  \n**Method:** " << n
        << " greedy tokens after the same English prompt; every step's full-vocabulary logits compared byte for "
-          "byte with stock llama.cpp (`--no-pager`, no weight repacking, same thread count).\n\n"
+          "byte with stock llama.cpp (`--no-pager`, no weight repacking, same thread count)."
+       << (o.memcap.empty() ? std::string() : " epq ran in a " + o.memcap + " memory cgroup; stock ran uncapped.")
+       << "\n\n"
        << "| Threads | Arena | Tokens | Tokens | Logits | First differing step | Verdict "
           "|\n|---:|---|---:|---|---|---:|---|\n"
        << rows.str() << "\nPrefetch: not implemented yet, so there is no prefetch on/off axis.\n";
@@ -126,7 +153,7 @@ CheckReport verify_generate(const VerifyOptions & o) {
 CheckReport verify_determinism(const VerifyOptions & o) {
     const ExpertIndex idx = ExpertIndex::build(GgufFile::open(o.model));
     const int runs = o.fast ? std::min(o.runs, 3) : o.runs;
-    const auto sizes = arenas(idx);
+    const auto sizes = arenas(idx, !o.memcap.empty());
     CheckReport r;
     r.check = "determinism";
     std::ostringstream md, lines;
@@ -136,8 +163,8 @@ CheckReport verify_determinism(const VerifyOptions & o) {
     for (int i = 0; i < runs; ++i) {
         // A different arena each run: what was resident, and where, differs between runs.
         const auto & [name, bytes] = sizes[static_cast<size_t>(i) % sizes.size()];
-        const Gen g = generate(o, o.n_determinism, o.n_threads, {"--arena", std::to_string(bytes)},
-                               "det" + std::to_string(i), true);
+        const Gen g =
+            generate(o, o.n_determinism, o.n_threads, {"--arena", arena_arg(bytes)}, "det" + std::to_string(i), true);
         if (i == 0) {
             first = g.logits;
         }
@@ -145,7 +172,7 @@ CheckReport verify_determinism(const VerifyOptions & o) {
         all_ok = all_ok && same;
         char buf[160];
         std::snprintf(buf, sizeof buf, "run%d: %.1fs (arena %s, %s)%s", i, g.run.seconds, name.c_str(),
-                      format_bytes(bytes).c_str(), i == 0 ? "" : (same ? " identical" : " DIFFERS"));
+                      arena_text(bytes).c_str(), i == 0 ? "" : (same ? " identical" : " DIFFERS"));
         lines << buf << "\n";
         jruns.push_back({{"run", i}, {"seconds", g.run.seconds}, {"arena", name}, {"identical_to_run0", same}});
     }

@@ -100,6 +100,9 @@ Handler add_verify(CLI::App & app) {
     sub->add_option("--pair", o->pairs, "kernel: LAYER:EXPERT (repeatable; default: every slot size and type)");
     sub->add_option("--layer", o->layer, "layer: the layer to recompute (default: one per slot size)");
     sub->add_flag("--fast", o->fast, "smaller runs (fewer tokens, batch sizes and runs)");
+    sub->add_option(
+        "--memcap", o->memcap,
+        "generate/determinism: run epq in a memory cgroup of this size (e.g. 8G; root); stock stays uncapped");
     return [o, check, sub]() {
         o->self_exe = self_exe();
         if (*check == "all") {
@@ -111,6 +114,9 @@ Handler add_verify(CLI::App & app) {
                                                     "--det-tokens", std::to_string(o->n_determinism)};
             if (o->fast) {
                 passthrough.push_back("--fast");
+            }
+            if (!o->memcap.empty()) {
+                passthrough.insert(passthrough.end(), {"--memcap", o->memcap});
             }
             return run_all(*o, passthrough);
         }
