@@ -107,9 +107,7 @@ void Pager::read_tensor(const ggml_tensor * t, void * data, size_t offset, size_
     reader_.read(m->file_offset + offset, size, static_cast<uint8_t *>(data));
 }
 
-void Pager::compute_group(ggml_tensor * node, const LayerLayout & layer, const MatrixPlacement & m,
-                          const std::vector<const Use *> & group) {
-    (void)layer;
+void Pager::compute_group(ggml_tensor * node, const MatrixPlacement & m, const std::vector<const Use *> & group) {
     const auto t0 = std::chrono::steady_clock::now();
     const ggml_tensor * w = node->src[0];
     const ggml_tensor * x = node->src[1];
@@ -248,7 +246,7 @@ void Pager::mul_mat_id(ggml_tensor * node) {
                         }
                     }
                     if (!group.empty()) {
-                        compute_group(node, *layer, *m, group);
+                        compute_group(node, *m, group);
                     }
                 }
             };

@@ -79,8 +79,7 @@ private:
         SlotRef ref;
         std::shared_ptr<Ticket> ticket;  // null when it was resident
     };
-    void compute_group(ggml_tensor * node, const LayerLayout & layer, const MatrixPlacement & m,
-                       const std::vector<const Use *> & group);
+    void compute_group(ggml_tensor * node, const MatrixPlacement & m, const std::vector<const Use *> & group);
     uint8_t * slot_ptr(SlotRef r) const;
     std::shared_ptr<Ticket> load(const LayerLayout & layer, int32_t expert, SlotRef r);
 

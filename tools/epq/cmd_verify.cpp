@@ -103,7 +103,7 @@ Handler add_verify(CLI::App & app) {
     sub->add_option(
         "--memcap", o->memcap,
         "generate/determinism: run epq in a memory cgroup of this size (e.g. 8G; root); stock stays uncapped");
-    return [o, check, sub]() {
+    return [o, check]() {
         o->self_exe = self_exe();
         if (*check == "all") {
             std::vector<std::string> passthrough = {"-m",           o->model,
@@ -120,7 +120,6 @@ Handler add_verify(CLI::App & app) {
             }
             return run_all(*o, passthrough);
         }
-        (void)sub;
         const CheckReport r = run_check(*check, *o);
         r.write(o->report_dir);
         std::fputs(r.markdown.c_str(), stdout);
