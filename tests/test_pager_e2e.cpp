@@ -103,6 +103,10 @@ TEST(PagerGate, MultiTurnChatMatchesStock) {
 }
 
 TEST(PagerGate, MemoryCappedRunOfAModelSeveralTimesTheCap) {
+#if defined(__SANITIZE_ADDRESS__)
+    GTEST_SKIP() << "memory caps measure nothing under AddressSanitizer (shadow memory, quarantine); "
+                    "the regular build runs this gate";
+#endif
     // A model ~3x the cap; its dense part fits.
     SynthConfig cfg = tiny("qwen3moe");
     cfg.shape.n_layer = 14;
