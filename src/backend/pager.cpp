@@ -5,6 +5,7 @@
 
 #include "ggml-cpu.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <sys/mman.h>
@@ -57,7 +58,9 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
     }
     stats_.direct_io = reader_.direct();
     layer_ops_.assign(layout_.layers.size(), 0);
+    layer_batches_.assign(layout_.layers.size(), 0);
     n_expert_ = index.n_expert;
+    read_in_batch_.assign(layout_.layers.size() * n_expert_, 0);
 }
 
 Pager::~Pager() {
@@ -92,6 +95,7 @@ std::shared_ptr<Ticket> Pager::load(const LayerLayout & layer, int32_t expert, S
         q.offset = m.file_offset + static_cast<uint64_t>(expert) * m.stride;
         q.len = m.stride;
         q.dst = slot + m.slot_offset;
+        stats_.missed_expert_bytes += m.stride;
         q.room_before = m.slot_offset - m.region_begin;
         q.room_after = m.region_end - (m.slot_offset + m.stride);
         reqs.push_back(q);
@@ -107,91 +111,27 @@ void Pager::read_tensor(const ggml_tensor * t, void * data, size_t offset, size_
     reader_.read(m->file_offset + offset, size, static_cast<uint8_t *>(data));
 }
 
-void Pager::compute_group(ggml_tensor * node, const MatrixPlacement & m, const std::vector<const Use *> & group) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const ggml_tensor * w = node->src[0];
-    const ggml_tensor * x = node->src[1];
-    const ggml_tensor * ids = node->src[2];
-    const int64_t n_in = w->ne[0], n_out = w->ne[1];
-    const int64_t n_ids = ids->ne[0], n_tok = ids->ne[1];
-    const uint32_t pool = group.front()->ref.pool;
-
-    std::vector<int32_t> slot_of(n_expert_, -1);
-    for (const Use * u : group) {
-        slot_of[static_cast<size_t>(u->expert)] = static_cast<int32_t>(u->ref.slot);
+void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayout & layer) {
+    const ggml_tensor * ids = chain.front()->src[2];
+    if (ids->type != GGML_TYPE_I32) {
+        throw Error(std::string("internal: expert ids of ") + chain.front()->name + " are not I32");
     }
-    // Gather the (token, slot) rows that use these experts into one batch. Each output element
-    // is still one vec_dot of one weight row with one quantized input row, as in stock.
-    struct Entry {
-        int64_t k, t;
-    };
-    std::vector<Entry> entries;
-    idg_.clear();
-    for (int64_t t = 0; t < n_tok; ++t) {
-        for (int64_t k = 0; k < n_ids; ++k) {
-            const int32_t e = *reinterpret_cast<const int32_t *>(static_cast<const char *>(ids->data) + t * ids->nb[1] +
-                                                                 k * ids->nb[0]);
-            if (slot_of[static_cast<size_t>(e)] >= 0) {
-                entries.push_back({k, t});
-                idg_.push_back(slot_of[static_cast<size_t>(e)]);
-            }
-        }
+    size_t n_mm = 0;
+    for (const ggml_tensor * n : chain) {
+        n_mm += n->op == GGML_OP_MUL_MAT_ID;
     }
-    const int64_t n = static_cast<int64_t>(entries.size());
-    if (n > 0) {
-        idg_[0] = fault_slot(idg_[0], pool);
-    }
-    xg_.resize(static_cast<size_t>(n * n_in));
-    outg_.resize(static_cast<size_t>(n * n_out));
-    for (int64_t j = 0; j < n; ++j) {
-        const char * row =
-            static_cast<const char *>(x->data) + (entries[j].k % x->ne[1]) * x->nb[1] + entries[j].t * x->nb[2];
-        std::memcpy(&xg_[static_cast<size_t>(j * n_in)], row, static_cast<size_t>(n_in) * sizeof(float));
+    stats_.ops += n_mm;
+    ++stats_.chains;
+    const size_t li = static_cast<size_t>(&layer - layout_.layers.data());
+    const bool first_op_of_layer = layer_ops_[li] % layer.matrices.size() == 0;
+    layer_ops_[li] += n_mm;
+    if (first_op_of_layer) {
+        ++layer_batches_[li];
     }
 
-    const size_t mem = 4 * ggml_tensor_overhead() + ggml_graph_overhead_custom(4, false) + 256;
-    ctx_mem_.resize(mem);
-    ggml_init_params ip{mem, ctx_mem_.data(), true};
-    ggml_context * ctx = ggml_init(ip);
-    ggml_tensor * wt = ggml_new_tensor_3d(ctx, w->type, n_in, n_out, plan_.pools[pool].n_slots);
-    wt->data = pool_mem_[pool] + m.slot_offset;
-    wt->nb[2] = plan_.pools[pool].slot_bytes;
-    wt->nb[3] = wt->nb[2] * static_cast<size_t>(wt->ne[2]);
-    ggml_tensor * xt = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n_in, 1, n);
-    xt->data = xg_.data();
-    ggml_tensor * it = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n);
-    it->data = idg_.data();
-    ggml_tensor * out = ggml_mul_mat_id(ctx, wt, xt, it);
-    out->data = outg_.data();
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 4, false);
-    ggml_build_forward_expand(gf, out);
-    const ggml_status st = ggml_backend_graph_compute(cpu_, gf);
-    ggml_free(ctx);
-    if (st != GGML_STATUS_SUCCESS) {
-        throw Error("the CPU expert matmul failed (ggml status " + std::to_string(static_cast<int>(st)) + ")");
-    }
-    for (int64_t j = 0; j < n; ++j) {
-        char * dst = static_cast<char *>(node->data) + entries[j].k * node->nb[1] + entries[j].t * node->nb[2];
-        std::memcpy(dst, &outg_[static_cast<size_t>(j * n_out)], static_cast<size_t>(n_out) * sizeof(float));
-    }
-    stats_.compute_seconds += since(t0);
-}
-
-void Pager::mul_mat_id(ggml_tensor * node) {
-    const ggml_tensor * w = node->src[0];
-    const ggml_tensor * x = node->src[1];
-    const ggml_tensor * ids = node->src[2];
-    const MatrixPlacement * m = nullptr;
-    const LayerLayout * layer = layout_.find(base_of(w)->name, &m);
-    if (!layer || w->view_offs != 0 || ids->type != GGML_TYPE_I32 || x->type != GGML_TYPE_F32 ||
-        x->nb[0] != sizeof(float) || node->nb[0] != sizeof(float)) {
-        throw Error(std::string("internal: unsupported expert matmul on ") + w->name);
-    }
-    ++stats_.ops;
-    const size_t li = static_cast<size_t>(layer - layout_.layers.data());
-    const bool first_op_of_layer = layer_ops_[li]++ % layer->matrices.size() == 0;
-
-    // The distinct experts the router chose, in order of first use.
+    // The distinct experts the router chose, those already resident first: pinning them before
+    // any miss takes a slot keeps a batch that selects more experts than the arena holds from
+    // evicting its own resident experts.
     std::vector<int32_t> experts;
     std::vector<char> seen(n_expert_, 0);
     for (int64_t t = 0; t < ids->ne[1]; ++t) {
@@ -208,86 +148,118 @@ void Pager::mul_mat_id(ggml_tensor * node) {
             }
         }
     }
-
+    const uint32_t layer_no = static_cast<uint32_t>(layer.layer);
+    std::stable_partition(experts.begin(), experts.end(), [&](int32_t e) {
+        return arena_.find({layer_no, static_cast<uint32_t>(e)}).has_value();
+    });
     if (first_op_of_layer) {
         stats_.expert_lookups += experts.size();
     }
 
+    // A pipeline bounded by the arena: pin and request as many experts as fit, compute those
+    // that are ready, release their slots, and pin more. Every expert is pinned once per chain.
+    stage_outputs(chain);
+    std::vector<Use> inflight;
     size_t next = 0;
-    while (next < experts.size()) {
-        // Take as many of the experts as the arena can pin at once (all of them, unless a
-        // prompt batch selects more experts than the arena holds).
-        std::vector<Use> uses;
-        for (; next < experts.size(); ++next) {
-            auto a = arena_.acquire({static_cast<uint32_t>(layer->layer), static_cast<uint32_t>(experts[next])},
-                                    layer->size_class);
-            if (!a) {
-                break;
-            }
-            Use u;
-            u.expert = experts[next];
-            u.ref = a->ref;
-            uses.push_back(u);
-            if (!a->hit) {
-                uses.back().ticket = load(*layer, u.expert, u.ref);
-            }
-        }
-        if (uses.empty()) {
-            throw Error("internal: no arena slot can be pinned");
-        }
-        try {
-            // Resident experts first, while the misses are being read.
-            auto compute_ready = [&](const std::vector<const Use *> & ready) {
-                for (uint32_t p = 0; p < plan_.pools.size(); ++p) {
-                    std::vector<const Use *> group;
-                    for (const Use * u : ready) {
-                        if (u->ref.pool == p) {
-                            group.push_back(u);
-                        }
-                    }
-                    if (!group.empty()) {
-                        compute_group(node, *m, group);
-                    }
+    auto release_all = [&]() {
+        for (auto & u : inflight) {
+            if (u.ticket && !arena_.is_ready(u.ref)) {
+                // Let in-flight reads finish before the slot can be handed out again.
+                try {
+                    u.ticket->wait();
+                } catch (...) {
                 }
-            };
-            std::vector<const Use *> ready, pending;
-            for (const auto & u : uses) {
-                (u.ticket ? pending : ready).push_back(&u);
+                arena_.failed(u.ref);
             }
-            compute_ready(ready);
-            size_t i = 0;
-            while (i < pending.size()) {
-                const auto t0 = std::chrono::steady_clock::now();
-                pending[i]->ticket->wait();
-                stats_.wait_seconds += since(t0);
-                std::vector<const Use *> arrived;
-                while (i < pending.size() && (arrived.empty() || pending[i]->ticket->done())) {
-                    pending[i]->ticket->wait();  // rethrows a read error
-                    loaded(*layer, pending[i]->ref);
-                    arrived.push_back(pending[i++]);
-                }
-                compute_ready(arrived);
-            }
-            if (!pending.empty()) {
-                reader_.check_unchanged();
-            }
-        } catch (...) {
-            for (auto & u : uses) {
-                if (u.ticket && !arena_.is_ready(u.ref)) {
-                    // Let in-flight reads finish before the slot can be handed out again.
-                    try {
-                        u.ticket->wait();
-                    } catch (...) {
-                    }
-                    arena_.failed(u.ref);
-                }
-                arena_.unpin(u.ref);
-            }
-            throw;
-        }
-        for (auto & u : uses) {
             arena_.unpin(u.ref);
         }
+        inflight.clear();
+    };
+    try {
+        bool read_any = false;
+        while (next < experts.size() || !inflight.empty()) {
+            for (; next < experts.size(); ++next) {
+                const uint32_t e = static_cast<uint32_t>(experts[next]);
+                auto a = arena_.acquire({layer_no, e}, layer.size_class);
+                if (!a) {
+                    break;
+                }
+                Use u;
+                u.expert = experts[next];
+                u.ref = a->ref;
+                if (!a->hit) {
+                    u.ticket = load(layer, u.expert, u.ref);
+                    read_any = true;
+                    uint64_t & last = read_in_batch_[li * n_expert_ + e];
+                    stats_.rereads += last == layer_batches_[li];
+                    last = layer_batches_[li];
+                }
+                inflight.push_back(std::move(u));
+            }
+            if (inflight.empty()) {
+                throw Error("internal: no arena slot can be pinned");
+            }
+            // Resident experts first, then misses as they arrive (at least the oldest one).
+            std::vector<size_t> ready;
+            for (size_t i = 0; i < inflight.size(); ++i) {
+                if (!inflight[i].ticket || inflight[i].ticket->done()) {
+                    ready.push_back(i);
+                }
+            }
+            if (ready.empty()) {
+                const auto t0 = std::chrono::steady_clock::now();
+                size_t first = 0;
+                while (!inflight[first].ticket) {
+                    ++first;
+                }
+                inflight[first].ticket->wait();
+                stats_.wait_seconds += since(t0);
+                for (size_t i = 0; i < inflight.size(); ++i) {
+                    if (inflight[i].ticket && inflight[i].ticket->done()) {
+                        ready.push_back(i);
+                    }
+                }
+            }
+            std::vector<const Use *> ready_uses;
+            for (size_t i : ready) {
+                Use & u = inflight[i];
+                if (u.ticket) {
+                    u.ticket->wait();  // rethrows a read error
+                    if (!arena_.is_ready(u.ref)) {
+                        loaded(layer, u.ref);
+                    }
+                }
+                ready_uses.push_back(&u);
+            }
+            for (uint32_t p = 0; p < plan_.pools.size(); ++p) {
+                std::vector<const Use *> group;
+                for (const Use * u : ready_uses) {
+                    if (u->ref.pool == p) {
+                        group.push_back(u);
+                    }
+                }
+                if (!group.empty()) {
+                    compute_group(chain, group);
+                }
+            }
+            std::vector<Use> rest;
+            for (size_t i = 0, r = 0; i < inflight.size(); ++i) {
+                if (r < ready.size() && ready[r] == i) {
+                    arena_.unpin(inflight[i].ref);
+                    ++r;
+                } else {
+                    rest.push_back(std::move(inflight[i]));
+                }
+            }
+            inflight = std::move(rest);
+        }
+        if (read_any) {
+            reader_.check_unchanged();
+        }
+        write_outputs(chain);
+    } catch (...) {
+        release_all();
+        throw;
     }
 }
 

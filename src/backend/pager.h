@@ -34,10 +34,13 @@ struct PagerStats {
     uint64_t borrowed = 0;
     uint64_t bytes_read = 0;
     uint64_t read_requests = 0;
-    double read_busy_seconds = 0.0;  // summed over read threads
-    double read_wall_seconds = 0.0;  // with at least one read in flight
-    double wait_seconds = 0.0;       // compute stalled on reads
-    double compute_seconds = 0.0;    // expert matmuls
+    uint64_t missed_expert_bytes = 0;  // the expert bytes the misses needed (reads may round up)
+    uint64_t chains = 0;               // runs of a layer's expert nodes computed expert by expert
+    uint64_t rereads = 0;              // an expert read again within the same batch of the same layer
+    double read_busy_seconds = 0.0;    // summed over read threads
+    double read_wall_seconds = 0.0;    // with at least one read in flight
+    double wait_seconds = 0.0;         // compute stalled on reads
+    double compute_seconds = 0.0;      // expert matmuls
     bool direct_io = false;
 };
 
@@ -51,8 +54,9 @@ public:
 
     // True if `t` (or what it views) is an expert tensor this pager serves.
     bool serves(const ggml_tensor * t) const;
-    // Computes one MUL_MAT_ID node whose weights are expert tensors. Throws epq::Error.
-    void mul_mat_id(ggml_tensor * node);
+    // Computes the nodes of a graph split the pager claimed: expert matmuls and the
+    // elementwise nodes between them (see expert_chain.h). Throws epq::Error.
+    void compute(ggml_cgraph * graph);
     // Reads part of an expert tensor's bytes straight from the file (ggml get_tensor).
     void read_tensor(const ggml_tensor * t, void * data, size_t offset, size_t size) const;
 
@@ -79,7 +83,14 @@ private:
         SlotRef ref;
         std::shared_ptr<Ticket> ticket;  // null when it was resident
     };
-    void compute_group(ggml_tensor * node, const MatrixPlacement & m, const std::vector<const Use *> & group);
+    // One layer's expert nodes for one batch: pins and reads the selected experts, at most
+    // once each, and computes every node of `chain` for each group of ready experts.
+    void run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayout & layer);
+    void compute_group(const std::vector<ggml_tensor *> & chain, const std::vector<const Use *> & group);
+    void compute_node_on_cpu(ggml_cgraph * graph, int i);
+    void stage_outputs(const std::vector<ggml_tensor *> & chain);
+    void write_outputs(const std::vector<ggml_tensor *> & chain);
+    bool extends_chain(const std::vector<ggml_tensor *> & chain, const ggml_tensor * node) const;
     uint8_t * slot_ptr(SlotRef r) const;
     std::shared_ptr<Ticket> load(const LayerLayout & layer, int32_t expert, SlotRef r);
 
@@ -101,11 +112,14 @@ private:
     uint64_t corrupt_countdown_ = 0;
     uint64_t wrong_slot_countdown_ = 0;
     bool wrong_slot_active_ = false;
-    // scratch for gathered rows, ids and outputs
-    std::vector<float> xg_, outg_;
-    std::vector<int32_t> idg_;
+    // scratch for gathered rows (one buffer per chain node and input), slot and expert ids
+    std::vector<std::vector<float>> rows_;
+    std::vector<int32_t> idg_, expg_;
+    std::vector<std::vector<float>> staged_;  // per chain node read outside the chain: its rows
     std::vector<uint8_t> ctx_mem_;
-    std::vector<uint64_t> layer_ops_;  // expert matmuls served per layer
+    std::vector<uint64_t> layer_ops_;      // expert matmuls served per layer
+    std::vector<uint64_t> layer_batches_;  // batches seen per layer
+    std::vector<uint64_t> read_in_batch_;  // [layer x expert]: the batch it was last read in, + 1
 };
 
 }  // namespace epq

@@ -1,5 +1,6 @@
 #include "backend/pager_device.h"
 
+#include "backend/expert_chain.h"
 #include "backend/pager.h"
 
 #include "ggml-backend-impl.h"
@@ -126,21 +127,15 @@ void backend_free(ggml_backend_t backend) {
 }
 
 ggml_status backend_graph_compute(ggml_backend_t, ggml_cgraph * cgraph) {
-    for (int i = 0; i < ggml_graph_n_nodes(cgraph); ++i) {
-        ggml_tensor * node = ggml_graph_node(cgraph, i);
-        if (node->op != GGML_OP_MUL_MAT_ID) {
-            continue;  // views of expert tensors: nothing to compute
-        }
-        if (!g_pager) {
-            g_last_error = "expert matmul with no pager attached";
-            return GGML_STATUS_FAILED;
-        }
-        try {
-            g_pager->mul_mat_id(node);
-        } catch (const std::exception & e) {
-            g_last_error = e.what();
-            return GGML_STATUS_FAILED;
-        }
+    if (!g_pager) {
+        g_last_error = "expert matmul with no pager attached";
+        return GGML_STATUS_FAILED;
+    }
+    try {
+        g_pager->compute(cgraph);
+    } catch (const std::exception & e) {
+        g_last_error = e.what();
+        return GGML_STATUS_FAILED;
     }
     return GGML_STATUS_SUCCESS;
 }
@@ -209,6 +204,12 @@ ggml_backend_buffer_type_t dev_get_buffer_type(ggml_backend_dev_t) {
 bool dev_supports_op(ggml_backend_dev_t, const ggml_tensor * op) {
     switch (op->op) {
         case GGML_OP_MUL_MAT_ID: return in_pager_buffer(op->src[0]) && (!g_pager || g_pager->serves(op->src[0]));
+        case GGML_OP_GLU:
+        case GGML_OP_UNARY:
+        case GGML_OP_ADD_ID:
+            // The activation (and biases) between a layer's expert matmuls: claiming them puts
+            // gate, up, activation and down in one split, computed expert by expert.
+            return is_expert_row_value(op, in_pager_buffer);
         case GGML_OP_NONE:
         case GGML_OP_VIEW:
         case GGML_OP_RESHAPE:

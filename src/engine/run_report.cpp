@@ -115,12 +115,17 @@ nlohmann::json RunReport::json() const {
         j["read_wait_seconds"] = p.wait_seconds;
         j["expert_compute_seconds"] = p.compute_seconds;
         j["direct_io"] = p.direct_io;
+        j["missed_expert_bytes"] = p.missed_expert_bytes;
+        j["expert_chains"] = p.chains;
+        j["rereads_within_batch"] = p.rereads;
         if (pager_after_prefill) {
             const auto & a = *pager_after_prefill;
             const uint64_t lookups = p.expert_lookups - a.expert_lookups, misses = p.misses - a.misses;
             j["prefill_bytes_read"] = a.bytes_read;
+            j["prefill_misses"] = a.misses;
             j["decode_bytes_read"] = p.bytes_read - a.bytes_read;
             j["decode_bytes_read_per_token"] = ratio(double(p.bytes_read - a.bytes_read), gen.n_generated);
+            j["decode_missed_expert_bytes"] = p.missed_expert_bytes - a.missed_expert_bytes;
             j["decode_hit_rate"] = ratio(double(lookups - std::min(lookups, misses)), double(lookups));
         }
     }

@@ -1,0 +1,262 @@
+// The compute side of the pager: splitting a claimed graph split into expert chains and
+// computing each group of resident experts with ggml's CPU kernels on gathered rows.
+#include "backend/expert_chain.h"
+#include "backend/pager.h"
+#include "util/error.h"
+
+#include "ggml-cpu.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
+
+namespace epq {
+
+namespace {
+
+const ggml_tensor * weight_base(const ggml_tensor * t) {
+    return t->view_src ? t->view_src : t;
+}
+
+int32_t id_at(const ggml_tensor * ids, int64_t k, int64_t t) {
+    return *reinterpret_cast<const int32_t *>(static_cast<const char *>(ids->data) + t * ids->nb[1] + k * ids->nb[0]);
+}
+
+}  // namespace
+
+bool Pager::extends_chain(const std::vector<ggml_tensor *> & chain, const ggml_tensor * node) const {
+    const ggml_tensor * ids = chain.front()->src[2];
+    if (node->op == GGML_OP_MUL_MAT_ID) {
+        return node->src[2] == ids && layout_.find(weight_base(node->src[0])->name, nullptr) ==
+                                          layout_.find(weight_base(chain.front()->src[0])->name, nullptr);
+    }
+    return row_node_fits(chain, node, ids->ne[0], ids->ne[1]);
+}
+
+void Pager::compute(ggml_cgraph * graph) {
+    const int n = ggml_graph_n_nodes(graph);
+    int i = 0;
+    while (i < n) {
+        ggml_tensor * node = ggml_graph_node(graph, i);
+        if (is_layout_node(node)) {
+            ++i;
+            continue;
+        }
+        if (node->op != GGML_OP_MUL_MAT_ID) {
+            // An elementwise node whose chain was cut by the scheduler (an eval callback asks
+            // for a node in between): compute it alone, as the CPU backend would.
+            compute_node_on_cpu(graph, i++);
+            continue;
+        }
+        const ggml_tensor * w = node->src[0];
+        const ggml_tensor * x = node->src[1];
+        const LayerLayout * layer = layout_.find(weight_base(w)->name, nullptr);
+        if (!layer || w->view_offs != 0 || x->type != GGML_TYPE_F32 || x->nb[0] != sizeof(float) ||
+            node->nb[0] != sizeof(float)) {
+            throw Error(std::string("internal: unsupported expert matmul on ") + w->name);
+        }
+        std::vector<ggml_tensor *> chain{node};
+        int j = i + 1;
+        for (; j < n; ++j) {
+            ggml_tensor * next = ggml_graph_node(graph, j);
+            if (is_layout_node(next)) {
+                continue;
+            }
+            if (!extends_chain(chain, next)) {
+                break;
+            }
+            chain.push_back(next);
+        }
+        run_chain(chain, *layer);
+        i = j;
+    }
+}
+
+void Pager::stage_outputs(const std::vector<ggml_tensor *> & chain) {
+    staged_.resize(std::max(staged_.size(), chain.size()));
+    for (size_t c = 0; c < chain.size(); ++c) {
+        bool used_inside = false;
+        for (size_t d = c + 1; d < chain.size(); ++d) {
+            for (const ggml_tensor * src : chain[d]->src) {
+                used_inside = used_inside || (src && (src == chain[c] || src->view_src == chain[c]));
+            }
+        }
+        staged_[c].clear();
+        if (!used_inside) {
+            staged_[c].resize(static_cast<size_t>(ggml_nelements(chain[c])));
+        }
+    }
+}
+
+void Pager::write_outputs(const std::vector<ggml_tensor *> & chain) {
+    for (size_t c = 0; c < chain.size(); ++c) {
+        if (staged_[c].empty()) {
+            continue;
+        }
+        ggml_tensor * node = chain[c];
+        const int64_t ne0 = node->ne[0];
+        for (int64_t t = 0; t < node->ne[2]; ++t) {
+            for (int64_t k = 0; k < node->ne[1]; ++k) {
+                std::memcpy(static_cast<char *>(node->data) + k * node->nb[1] + t * node->nb[2],
+                            staged_[c].data() + (t * node->ne[1] + k) * ne0, static_cast<size_t>(ne0) * sizeof(float));
+            }
+        }
+    }
+}
+
+void Pager::compute_node_on_cpu(ggml_cgraph * graph, int i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t mem = ggml_graph_overhead_custom(1, false) + 256;
+    std::vector<uint8_t> ctx_mem(mem);
+    ggml_init_params ip{mem, ctx_mem.data(), true};
+    ggml_context * ctx = ggml_init(ip);
+    ggml_cgraph * one = ggml_new_graph_custom(ctx, 1, false);
+    ggml_graph_add_node(one, ggml_graph_node(graph, i));
+    const ggml_status st = ggml_backend_graph_compute(cpu_, one);
+    ggml_free(ctx);
+    if (st != GGML_STATUS_SUCCESS) {
+        throw Error(std::string("the CPU computation of ") + ggml_graph_node(graph, i)->name + " failed");
+    }
+    stats_.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::vector<const Use *> & group) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const ggml_tensor * ids = chain.front()->src[2];
+    const int64_t n_ids = ids->ne[0], n_tok = ids->ne[1];
+    const uint32_t pool = group.front()->ref.pool;
+
+    std::vector<int32_t> slot_of(n_expert_, -1);
+    for (const Use * u : group) {
+        slot_of[static_cast<size_t>(u->expert)] = static_cast<int32_t>(u->ref.slot);
+    }
+    // The (slot position k, token t) rows that use these experts, gathered into one batch.
+    // Each output element is still computed from the same row values by the same kernel.
+    struct Entry {
+        int64_t k, t;
+    };
+    std::vector<Entry> entries;
+    idg_.clear();
+    expg_.clear();
+    for (int64_t t = 0; t < n_tok; ++t) {
+        for (int64_t k = 0; k < n_ids; ++k) {
+            const int32_t e = id_at(ids, k, t);
+            if (slot_of[static_cast<size_t>(e)] >= 0) {
+                entries.push_back({k, t});
+                idg_.push_back(slot_of[static_cast<size_t>(e)]);
+                expg_.push_back(e);
+            }
+        }
+    }
+    const int64_t n = static_cast<int64_t>(entries.size());
+    if (n == 0) {
+        return;
+    }
+    idg_[0] = fault_slot(idg_[0], pool);
+
+    const size_t n_nodes = chain.size() * 3 + 8;
+    const size_t mem = n_nodes * ggml_tensor_overhead() + ggml_graph_overhead_custom(n_nodes, false) + 1024;
+    ctx_mem_.resize(mem);
+    ggml_init_params ip{mem, ctx_mem_.data(), true};
+    ggml_context * ctx = ggml_init(ip);
+    std::unordered_map<const ggml_tensor *, ggml_tensor *> local;
+    size_t n_bufs = 0;
+    auto buffer = [&](int64_t n_floats) {
+        if (rows_.size() <= n_bufs) {
+            rows_.emplace_back();
+        }
+        rows_[n_bufs].resize(static_cast<size_t>(n_floats));
+        return rows_[n_bufs++].data();
+    };
+    // A matmul input that comes from outside the chain (the layer's hidden state, broadcast
+    // over the slots when it has one row per token).
+    auto gathered = [&](const ggml_tensor * src) {
+        auto it = local.find(src);
+        if (it != local.end()) {
+            return it->second;
+        }
+        const int64_t ne0 = src->ne[0];
+        float * dst = buffer(n * ne0);
+        for (int64_t j = 0; j < n; ++j) {
+            const char * row = static_cast<const char *>(src->data) + (entries[j].k % src->ne[1]) * src->nb[1] +
+                               entries[j].t * src->nb[2];
+            std::memcpy(dst + j * ne0, row, static_cast<size_t>(ne0) * sizeof(float));
+        }
+        ggml_tensor * t = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, ne0, 1, n);
+        t->data = dst;
+        local[src] = t;
+        return t;
+    };
+    // A row input inside the chain: a chain node, or a view of part of each of its rows.
+    auto row_input = [&](const ggml_tensor * src) -> ggml_tensor * {
+        auto it = local.find(src);
+        if (it != local.end()) {
+            return it->second;
+        }
+        ggml_tensor * base = local.at(src->view_src);
+        return ggml_view_3d(ctx, base, src->ne[0], 1, n, base->nb[1], base->nb[2], src->view_offs);
+    };
+    ggml_tensor * slots = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n);
+    slots->data = idg_.data();
+    ggml_tensor * experts = nullptr;
+
+    std::vector<ggml_tensor *> outs;
+    for (const ggml_tensor * c : chain) {
+        ggml_tensor * out = nullptr;
+        if (c->op == GGML_OP_MUL_MAT_ID) {
+            const MatrixPlacement * m = nullptr;
+            layout_.find(weight_base(c->src[0])->name, &m);
+            const ggml_tensor * w = c->src[0];
+            ggml_tensor * wt = ggml_new_tensor_3d(ctx, w->type, w->ne[0], w->ne[1], plan_.pools[pool].n_slots);
+            wt->data = pool_mem_[pool] + m->slot_offset;
+            wt->nb[2] = plan_.pools[pool].slot_bytes;
+            wt->nb[3] = wt->nb[2] * static_cast<size_t>(wt->ne[2]);
+            ggml_tensor * in = local.count(c->src[1]) ? local[c->src[1]] : gathered(c->src[1]);
+            out = ggml_mul_mat_id(ctx, wt, in, slots);
+        } else if (c->op == GGML_OP_ADD_ID) {
+            if (!experts) {
+                experts = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n);
+                experts->data = expg_.data();
+            }
+            out = ggml_add_id(ctx, row_input(c->src[0]), c->src[1], experts);
+        } else {
+            // GLU or UNARY: the node's own operation and parameters on the gathered rows.
+            out = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, c->ne[0], 1, n);
+            out->op = c->op;
+            std::memcpy(out->op_params, c->op_params, sizeof(out->op_params));
+            out->src[0] = row_input(c->src[0]);
+            out->src[1] = c->src[1] ? row_input(c->src[1]) : nullptr;
+        }
+        out->data = buffer(n * out->ne[0]);
+        local[c] = out;
+        outs.push_back(out);
+    }
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, n_nodes, false);
+    for (ggml_tensor * o : outs) {
+        ggml_build_forward_expand(gf, o);
+    }
+    const ggml_status st = ggml_backend_graph_compute(cpu_, gf);
+    if (st != GGML_STATUS_SUCCESS) {
+        ggml_free(ctx);
+        throw Error("the CPU expert computation failed (ggml status " + std::to_string(static_cast<int>(st)) + ")");
+    }
+    // Rows of the nodes read outside the chain are staged and copied to the graph's tensors
+    // once the whole chain is done: the graph allocator may have placed an output in memory
+    // that an input of the chain (read again by the next group) occupied.
+    for (size_t c = 0; c < chain.size(); ++c) {
+        if (staged_[c].empty()) {
+            continue;
+        }
+        const float * src = static_cast<const float *>(outs[c]->data);
+        const int64_t ne0 = chain[c]->ne[0];
+        for (int64_t j = 0; j < n; ++j) {
+            float * dst = staged_[c].data() + (entries[j].t * n_ids + entries[j].k) * ne0;
+            std::memcpy(dst, src + j * ne0, static_cast<size_t>(ne0) * sizeof(float));
+        }
+    }
+    ggml_free(ctx);
+    stats_.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace epq
