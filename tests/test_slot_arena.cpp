@@ -1,4 +1,5 @@
-// Arena policy: budget planning over size classes, LRU eviction, pinning, borrowing.
+// Arena policy: budget planning over size classes, eviction policies (lru, lfu, belady), pinning,
+// borrowing.
 #include "arena/slot_arena.h"
 #include "util/error.h"
 
@@ -111,4 +112,166 @@ TEST(SlotArena, FailedFillForgetsTheKey) {
     EXPECT_FALSE(a.is_ready(again->ref));
     a.unpin(again->ref);
     EXPECT_THROW(a.unpin(again->ref), Error) << "double unpin went unnoticed";
+}
+
+namespace {
+
+// Acquires `key` in class 0, marks it loaded and unpins it: one use of one expert.
+bool use(SlotArena & a, uint32_t expert) {
+    auto x = a.acquire({0, expert}, 0);
+    if (!x) {
+        ADD_FAILURE() << "no slot for expert " << expert;
+        return false;
+    }
+    if (!x->hit) {
+        a.loaded(x->ref);
+    }
+    a.unpin(x->ref);
+    return x->hit;
+}
+
+}  // namespace
+
+TEST(EvictionPolicy, NamesRoundTripAndUnknownNamesListTheValidOnes) {
+    for (EvictionPolicy p : {EvictionPolicy::lru, EvictionPolicy::lfu, EvictionPolicy::belady}) {
+        EXPECT_EQ(parse_policy(policy_name(p)), p);
+    }
+    EXPECT_STREQ(policy_name(EvictionPolicy::lfu), "lfu");
+    try {
+        parse_policy("fifo");
+        FAIL() << "no error";
+    } catch (const Error & e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("'fifo'"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("lru"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("lfu"), std::string::npos) << msg;
+    }
+}
+
+TEST(SlotArena, LfuKeepsAFrequentExpertThatLruEvicts) {
+    // Two slots; A A A B C A. lru: C evicts A (least recently used), so the last A misses:
+    // misses A B C A = 4, hits 2. lfu: C evicts B (1 use against A's 3), the last A hits:
+    // misses A B C = 3, hits 3.
+    const std::vector<uint32_t> seq = {1, 1, 1, 2, 3, 1};
+    SlotArena lru({{100, 2}}, EvictionPolicy::lru);
+    SlotArena lfu({{100, 2}}, EvictionPolicy::lfu);
+    for (uint32_t e : seq) {
+        use(lru, e);
+        use(lfu, e);
+    }
+    EXPECT_EQ(lru.counters().misses, 4u);
+    EXPECT_EQ(lru.counters().hits, 2u);
+    EXPECT_EQ(lfu.counters().misses, 3u);
+    EXPECT_EQ(lfu.counters().hits, 3u);
+    EXPECT_TRUE(lfu.find({0, 1}));
+    EXPECT_FALSE(lfu.find({0, 2}));
+}
+
+TEST(SlotArena, LfuCountsSurviveEvictionAndTiesGoLeastRecentlyUsed) {
+    // Two slots. A A (A=2), B B B (B=3), then C C C: C's first use evicts A (2 < 3); C=3.
+    // A comes back: its count goes on from 2 to 3 and it takes B's slot (B and C tie at 3, B
+    // is less recently used). D: C (3, older) and A (3) tie, so C goes and A stays. Had A's
+    // count restarted at 1 after its eviction, D would have evicted A.
+    SlotArena a({{100, 2}}, EvictionPolicy::lfu);
+    for (uint32_t e : {1, 1, 2, 2, 2, 3, 3, 3, 1, 4}) {
+        use(a, e);
+    }
+    EXPECT_TRUE(a.find({0, 1}));
+    EXPECT_TRUE(a.find({0, 4}));
+    EXPECT_FALSE(a.find({0, 2}));
+    EXPECT_FALSE(a.find({0, 3}));
+    EXPECT_EQ(a.counters().misses, 5u);  // A B C A D
+    EXPECT_EQ(a.counters().hits, 5u);
+}
+
+TEST(SlotArena, LfuCountsHalveSoOldPopularityFades) {
+    // Two slots: counts halve every 8 x 2 = 16 acquires. A x10 then B x6: at the 16th acquire
+    // A=10 -> 5 and B=6 -> 3. B x3 more: B=6. C now evicts A (5 < 6). Without the halving A
+    // would have 10 against B's 9, and C would evict B.
+    SlotArena a({{100, 2}}, EvictionPolicy::lfu);
+    for (int i = 0; i < 10; ++i) {
+        use(a, 1);
+    }
+    for (int i = 0; i < 9; ++i) {
+        use(a, 2);
+    }
+    use(a, 3);
+    EXPECT_FALSE(a.find({0, 1})) << "A's old count did not fade";
+    EXPECT_TRUE(a.find({0, 2}));
+    EXPECT_EQ(a.counters().misses, 3u);
+    EXPECT_EQ(a.counters().hits, 17u);
+}
+
+TEST(SlotArena, BeladyOnTheTextbookSequenceMissesNineTimes) {
+    // The textbook reference string with 3 frames (optimal: 9 faults, lru: 12). By hand, the
+    // optimal evicts the resident page used farthest ahead (position of next use in brackets):
+    //   pos  0-2  7 0 1      miss x3          [7 0 1]
+    //   pos  3    2: 7(17) 0(4) 1(13)         evict 7  [2 0 1]
+    //   pos  4    0 hit
+    //   pos  5    3: 2(8) 0(6) 1(13)          evict 1  [2 0 3]
+    //   pos  6    0 hit
+    //   pos  7    4: 2(8) 0(10) 3(9)          evict 0  [2 4 3]
+    //   pos  8-9  2 3 hit
+    //   pos 10    0: 2(12) 4(never) 3(11)     evict 4  [2 0 3]
+    //   pos 11-12 3 2 hit
+    //   pos 13    1: 2(14) 0(15) 3(never)     evict 3  [2 0 1]
+    //   pos 14-16 2 0 1 hit
+    //   pos 17    7: 2(never) 0(18) 1(19)     evict 2  [7 0 1]
+    //   pos 18-19 0 1 hit
+    // misses: 7 0 1 2 3 4 0 1 7 = 9, hits 11.
+    const std::vector<uint32_t> seq = {7, 0, 1, 2, 0, 3, 0, 4, 2, 3, 0, 3, 2, 1, 2, 0, 1, 7, 0, 1};
+    size_t now = 0;
+    SlotArena opt({{100, 3}}, EvictionPolicy::belady);
+    opt.set_next_use([&](const ExpertKey & k) -> uint64_t {
+        for (size_t j = now + 1; j < seq.size(); ++j) {
+            if (seq[j] == k.expert) {
+                return j;
+            }
+        }
+        return UINT64_MAX;
+    });
+    SlotArena lru({{100, 3}}, EvictionPolicy::lru);
+    for (now = 0; now < seq.size(); ++now) {
+        use(opt, seq[now]);
+        use(lru, seq[now]);
+    }
+    EXPECT_EQ(opt.counters().misses, 9u);
+    EXPECT_EQ(opt.counters().hits, 11u);
+    EXPECT_EQ(lru.counters().misses, 12u);
+    for (uint32_t e : {7, 0, 1}) {
+        EXPECT_TRUE(opt.find({0, e})) << e;
+    }
+}
+
+TEST(SlotArena, BeladyWithoutAnOracleSaysSo) {
+    SlotArena a({{100, 2}}, EvictionPolicy::belady);
+    try {
+        a.acquire({0, 1}, 0);
+        FAIL() << "no error";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("simulate"), std::string::npos) << e.what();
+    }
+}
+
+TEST(SlotArena, EveryPolicyBorrowsLargerSlotsWhenItsOwnArePinned) {
+    for (EvictionPolicy p : {EvictionPolicy::lru, EvictionPolicy::lfu, EvictionPolicy::belady}) {
+        SCOPED_TRACE(policy_name(p));
+        SlotArena a({{100, 1}, {200, 2}}, p);
+        a.set_next_use([](const ExpertKey &) { return UINT64_MAX; });
+        auto s1 = a.acquire({0, 1}, 0);
+        auto s2 = a.acquire({0, 2}, 0);
+        ASSERT_TRUE(s1 && s2);
+        EXPECT_EQ(s1->ref.pool, 0u);
+        EXPECT_EQ(s2->ref.pool, 1u);
+        EXPECT_EQ(a.counters().borrowed, 1u);
+        auto l1 = a.acquire({1, 1}, 1);
+        ASSERT_TRUE(l1);
+        EXPECT_FALSE(a.acquire({1, 2}, 1));
+        // Unpinned again, the borrowed slot is the large class's to evict.
+        a.unpin(s2->ref);
+        auto l2 = a.acquire({1, 2}, 1);
+        ASSERT_TRUE(l2);
+        EXPECT_EQ(l2->ref, s2->ref);
+        EXPECT_FALSE(a.find({0, 2}));
+    }
 }

@@ -94,32 +94,142 @@ ArenaPlan plan_arena(uint64_t budget, const std::vector<SizeClassDemand> & class
     return plan;
 }
 
-SlotArena::SlotArena(std::vector<PoolSpec> pools) : specs_(std::move(pools)), pools_(specs_.size()) {
+EvictionPolicy parse_policy(const std::string & name) {
+    if (name == "lru") {
+        return EvictionPolicy::lru;
+    }
+    if (name == "lfu") {
+        return EvictionPolicy::lfu;
+    }
+    if (name == "belady") {
+        return EvictionPolicy::belady;
+    }
+    throw Error("unknown eviction policy '" + name +
+                "'; use lru or lfu (belady, the optimal one, needs the future: only epq simulate has it)");
+}
+
+const char * policy_name(EvictionPolicy p) {
+    switch (p) {
+        case EvictionPolicy::lru: return "lru";
+        case EvictionPolicy::lfu: return "lfu";
+        case EvictionPolicy::belady: return "belady";
+    }
+    return "?";
+}
+
+SlotArena::SlotArena(std::vector<PoolSpec> pools, EvictionPolicy policy)
+    : specs_(std::move(pools)), pools_(specs_.size()), policy_(policy) {
+    uint64_t total = 0;
     for (size_t p = 0; p < specs_.size(); ++p) {
         auto & pool = pools_[p];
         pool.slots.resize(specs_[p].n_slots);
-        for (uint32_t s = 0; s < specs_[p].n_slots; ++s) {
-            pool.slots[s].lru_pos = pool.lru.insert(pool.lru.end(), s);
-            pool.slots[s].in_lru = true;
+        // Last in, first out: slot 0 is handed out first.
+        for (uint32_t s = specs_[p].n_slots; s-- > 0;) {
+            pool.empty.push_back(s);
+            pool.slots[s].queue = Queue::empty;
         }
+        total += specs_[p].n_slots;
+    }
+    age_every_ = std::max<uint64_t>(1, 8 * total);
+}
+
+void SlotArena::set_next_use(NextUse oracle) {
+    if (!oracle) {
+        throw Error("internal: empty next-use oracle for the belady policy");
+    }
+    next_use_ = std::move(oracle);
+    rerank();
+}
+
+uint32_t SlotArena::uses_of(const ExpertKey & key) {
+    auto it = uses_.find(key);
+    if (it == uses_.end()) {
+        return 0;
+    }
+    // Bring the count up to date with the halvings it missed.
+    Uses & u = it->second;
+    const uint32_t missed = epoch_ - u.epoch;
+    u.count = missed >= 32 ? 0 : u.count >> missed;
+    u.epoch = epoch_;
+    return u.count;
+}
+
+void SlotArena::count_use(const ExpertKey & key) {
+    const uint32_t now = uses_of(key);
+    Uses & u = uses_[key];
+    u.count = now == UINT32_MAX ? now : now + 1;
+    u.epoch = epoch_;
+    if (++acquires_ % age_every_ == 0) {
+        ++epoch_;
+        rerank();
+    }
+}
+
+uint64_t SlotArena::primary_rank(const ExpertKey & key) {
+    switch (policy_) {
+        case EvictionPolicy::lru: return 0;
+        case EvictionPolicy::lfu: return uses_of(key);
+        case EvictionPolicy::belady: return UINT64_MAX - next_use_(key);
+    }
+    return 0;
+}
+
+void SlotArena::rerank() {
+    if (policy_ == EvictionPolicy::lru) {
+        return;
+    }
+    for (auto & pool : pools_) {
+        std::set<Rank> ranked;
+        for (const Rank & r : pool.ranked) {
+            Slot & s = pool.slots[r.slot];
+            s.rank.primary = primary_rank(*s.key);
+            ranked.insert(s.rank);
+        }
+        pool.ranked.swap(ranked);
+    }
+}
+
+void SlotArena::detach(SlotRef r) {
+    Slot & s = slot(r);
+    auto & pool = pools_[r.pool];
+    if (s.queue == Queue::ranked) {
+        pool.ranked.erase(s.rank);
+    } else if (s.queue == Queue::empty) {
+        pool.empty.erase(std::find(pool.empty.begin(), pool.empty.end(), r.slot));
+    }
+    s.queue = Queue::none;
+}
+
+void SlotArena::enqueue(SlotRef r) {
+    Slot & s = slot(r);
+    auto & pool = pools_[r.pool];
+    if (s.key) {
+        s.rank = Rank{primary_rank(*s.key), ++tick_, r.slot};
+        pool.ranked.insert(s.rank);
+        s.queue = Queue::ranked;
+    } else {
+        // A slot that holds nothing is the first to reuse.
+        pool.empty.push_back(r.slot);
+        s.queue = Queue::empty;
     }
 }
 
 void SlotArena::pin(SlotRef r) {
-    Slot & s = slot(r);
-    if (s.in_lru) {
-        pools_[r.pool].lru.erase(s.lru_pos);
-        s.in_lru = false;
-    }
-    ++s.pins;
+    detach(r);
+    ++slot(r).pins;
 }
 
 std::optional<SlotRef> SlotArena::take_victim(uint32_t pool) {
     auto & p = pools_[pool];
-    if (p.lru.empty()) {
+    SlotRef ref{pool, 0};
+    if (!p.empty.empty()) {
+        ref.slot = p.empty.back();
+    } else if (!p.ranked.empty()) {
+        ref.slot = p.ranked.begin()->slot;
+    } else {
         return std::nullopt;
     }
-    const SlotRef ref{pool, p.lru.front()};
+    detach(ref);
     Slot & s = slot(ref);
     if (s.key) {
         where_.erase(*s.key);
@@ -131,29 +241,40 @@ std::optional<SlotRef> SlotArena::take_victim(uint32_t pool) {
 }
 
 std::optional<SlotArena::Acquired> SlotArena::acquire(const ExpertKey & key, uint32_t cls) {
+    if (policy_ == EvictionPolicy::belady && !next_use_) {
+        throw Error(
+            "the belady eviction policy needs to know future expert use, which only epq simulate has; "
+            "use lru or lfu");
+    }
+    std::optional<Acquired> got;
     auto it = where_.find(key);
     if (it != where_.end()) {
         pin(it->second);
         ++counters_.hits;
-        return Acquired{it->second, true};
-    }
-    for (uint32_t p = cls; p < pools_.size(); ++p) {
-        auto victim = take_victim(p);
-        if (!victim) {
-            continue;
+        got = Acquired{it->second, true};
+    } else {
+        for (uint32_t p = cls; p < pools_.size() && !got; ++p) {
+            auto victim = take_victim(p);
+            if (!victim) {
+                continue;
+            }
+            Slot & s = slot(*victim);
+            s.key = key;
+            s.ready = false;
+            where_[key] = *victim;
+            pin(*victim);
+            ++counters_.misses;
+            if (p != cls) {
+                ++counters_.borrowed;
+            }
+            got = Acquired{*victim, false};
         }
-        Slot & s = slot(*victim);
-        s.key = key;
-        s.ready = false;
-        where_[key] = *victim;
-        pin(*victim);
-        ++counters_.misses;
-        if (p != cls) {
-            ++counters_.borrowed;
-        }
-        return Acquired{*victim, false};
     }
-    return std::nullopt;
+    // Only uses that got a slot count: a refused acquire is retried by the caller.
+    if (got && policy_ == EvictionPolicy::lfu) {
+        count_use(key);
+    }
+    return got;
 }
 
 void SlotArena::loaded(SlotRef ref) {
@@ -162,11 +283,18 @@ void SlotArena::loaded(SlotRef ref) {
 
 void SlotArena::failed(SlotRef ref) {
     Slot & s = slot(ref);
+    const bool queued = s.queue != Queue::none;
+    if (queued) {
+        detach(ref);
+    }
     if (s.key) {
         where_.erase(*s.key);
     }
     s.key.reset();
     s.ready = false;
+    if (queued) {
+        enqueue(ref);
+    }
 }
 
 void SlotArena::unpin(SlotRef ref) {
@@ -175,10 +303,7 @@ void SlotArena::unpin(SlotRef ref) {
         throw Error("internal: unpin of an unpinned arena slot");
     }
     if (--s.pins == 0) {
-        auto & lru = pools_[ref.pool].lru;
-        // A slot that holds nothing is the first to reuse.
-        s.lru_pos = s.key ? lru.insert(lru.end(), ref.slot) : lru.insert(lru.begin(), ref.slot);
-        s.in_lru = true;
+        enqueue(ref);
     }
 }
 

@@ -3,18 +3,34 @@
 //
 // Slots come in pools, one per expert size class. A miss takes a slot from its own class's
 // pool, or borrows a slot of a larger class when every slot of its own is pinned, so an arena
-// that can hold `k` experts of the largest size can always run the model. Within a pool, the
-// least recently used unpinned slot is evicted.
+// that can hold `k` experts of the largest size can always run the model. Within a pool, a slot
+// that holds nothing is reused first; otherwise the eviction policy picks the unpinned victim.
 #pragma once
 
 #include <cstdint>
-#include <list>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 namespace epq {
+
+enum class EvictionPolicy {
+    lru,  // the least recently used slot
+    // The slot whose expert was used least often lately (ties: least recently used). Use counts
+    // survive eviction, so an expert that keeps coming back is kept; they halve every 8 x slots
+    // acquires, so popularity from long ago fades.
+    lfu,
+    // The slot whose expert is next used farthest in the future (Belady's optimal replacement).
+    // It needs the future, so only the simulator can use it: see SlotArena::set_next_use.
+    belady,
+};
+
+// "lru", "lfu" or "belady" (simulator only); throws epq::Error naming the valid ones otherwise.
+EvictionPolicy parse_policy(const std::string & name);
+const char * policy_name(EvictionPolicy p);
 
 struct ExpertKey {
     uint32_t layer = 0;
@@ -64,7 +80,15 @@ struct ArenaCounters {
 
 class SlotArena {
 public:
-    explicit SlotArena(std::vector<PoolSpec> pools);
+    explicit SlotArena(std::vector<PoolSpec> pools, EvictionPolicy policy = EvictionPolicy::lru);
+
+    // belady: where `key` is next used (a position in the replayed sequence; UINT64_MAX: never),
+    // counted from the position being replayed when asked. It is asked when a slot becomes
+    // evictable (its last unpin) rather than at every eviction: a resident key's next use cannot
+    // change while it sits unpinned, because using it pins it again. That keeps an eviction
+    // O(log slots) instead of a scan of the pool.
+    using NextUse = std::function<uint64_t(const ExpertKey &)>;
+    void set_next_use(NextUse oracle);
 
     struct Acquired {
         SlotRef ref;
@@ -85,29 +109,63 @@ public:
 
     const std::vector<PoolSpec> & pools() const { return specs_; }
     const ArenaCounters & counters() const { return counters_; }
+    EvictionPolicy policy() const { return policy_; }
 
 private:
+    // The eviction order of a pool's unpinned, occupied slots: the smallest goes first.
+    struct Rank {
+        uint64_t primary = 0;  // lru: 0; lfu: use count; belady: UINT64_MAX - next use
+        uint64_t tick = 0;     // when the slot was last unpinned, so ties go least recently used
+        uint32_t slot = 0;
+        bool operator<(const Rank & o) const {
+            if (primary != o.primary) {
+                return primary < o.primary;
+            }
+            return tick != o.tick ? tick < o.tick : slot < o.slot;
+        }
+    };
+    enum class Queue { none, empty, ranked };  // none: pinned
     struct Slot {
         std::optional<ExpertKey> key;
         bool ready = false;
         uint32_t pins = 0;
-        std::list<uint32_t>::iterator lru_pos;
-        bool in_lru = false;
+        Queue queue = Queue::none;
+        Rank rank;
     };
     struct Pool {
         std::vector<Slot> slots;
-        std::list<uint32_t> lru;  // unpinned slots, least recently used first
+        std::vector<uint32_t> empty;  // unpinned slots that hold nothing, reused last-in first-out
+        std::set<Rank> ranked;        // unpinned slots that hold an expert, in eviction order
+    };
+    // lfu: a key's use count and the aging epoch it was last brought up to date in.
+    struct Uses {
+        uint32_t count = 0;
+        uint32_t epoch = 0;
     };
 
     Slot & slot(SlotRef r) { return pools_[r.pool].slots[r.slot]; }
     const Slot & slot(SlotRef r) const { return pools_[r.pool].slots[r.slot]; }
     void pin(SlotRef r);
+    void detach(SlotRef r);   // takes the slot out of its pool's queues
+    void enqueue(SlotRef r);  // puts an unpinned slot into its pool's queues
+    uint64_t primary_rank(const ExpertKey & key);
+    uint32_t uses_of(const ExpertKey & key);
+    void count_use(const ExpertKey & key);
+    void rerank();  // recomputes every queued slot's rank after counts or next uses changed
     std::optional<SlotRef> take_victim(uint32_t pool);
 
     std::vector<PoolSpec> specs_;
     std::vector<Pool> pools_;
     std::unordered_map<ExpertKey, SlotRef, ExpertKeyHash> where_;
     ArenaCounters counters_;
+    EvictionPolicy policy_ = EvictionPolicy::lru;
+    uint64_t tick_ = 0;
+    // lfu aging: counts are halved (lazily, per key) each time `acquires_` reaches `age_every_`.
+    std::unordered_map<ExpertKey, Uses, ExpertKeyHash> uses_;
+    uint64_t acquires_ = 0;
+    uint64_t age_every_ = 1;
+    uint32_t epoch_ = 0;
+    NextUse next_use_;
 };
 
 }  // namespace epq

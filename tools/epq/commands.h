@@ -15,5 +15,6 @@ Handler add_run(CLI::App & app);
 Handler add_demo(CLI::App & app);
 Handler add_chat(CLI::App & app);
 Handler add_verify(CLI::App & app);
+Handler add_simulate(CLI::App & app);
 
 }  // namespace epq::cli

@@ -48,6 +48,7 @@ int main(int argc, char ** argv) {
     add(epq::cli::add_synth);
     add(epq::cli::add_inspect);
     add(epq::cli::add_verify);
+    add(epq::cli::add_simulate);
 
     // Called as epq-chat: the chat subcommand.
     std::vector<std::string> args(argv + 1, argv + argc);

@@ -1,0 +1,35 @@
+// Replays a routing trace against an arena of a given size, the way the pager uses it, to
+// compare eviction policies (and the unreachable optimum, belady) without running the model.
+#pragma once
+
+#include "arena/slot_arena.h"
+#include "sim/trace.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace epq {
+
+struct SimResult {
+    std::string policy;
+    uint64_t arena_bytes = 0;  // the budget asked for (the plan may use a little less)
+    uint64_t accesses = 0;     // distinct experts per (step, layer), summed
+    uint64_t hits = 0;
+    uint64_t misses = 0;
+    uint64_t bytes_missed = 0;  // misses x their class's slot_bytes: what the pager would read
+    double hit_rate = 0;
+};
+
+// Plans the arena as the pager does (throws epq::Error below the minimum) and replays `t`:
+// per (step, layer), the distinct experts in order of first use are pinned one after another,
+// then all unpinned, like one expert matmul; a group the arena cannot pin at once goes in chunks.
+SimResult simulate(const Trace & t, uint64_t arena_bytes, EvictionPolicy p);
+
+// lru, lfu and belady for each size, in that order, size by size.
+std::vector<SimResult> simulate_all(const Trace & t, const std::vector<uint64_t> & arena_sizes);
+
+// The number of batches (distinct consecutive steps) in `t`, to express results per step.
+uint64_t count_steps(const Trace & t);
+
+}  // namespace epq

@@ -1,0 +1,137 @@
+#include "sim/sim_report.h"
+
+#include "util/byte_size.h"
+#include "util/error.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace epq {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string trim(const std::string & s) {
+    const size_t b = s.find_first_not_of(" \t");
+    if (b == std::string::npos) {
+        return "";
+    }
+    return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+double gib_per_step(const SimResult & r, uint64_t steps) {
+    return steps ? static_cast<double>(r.bytes_missed) / kGiB / static_cast<double>(steps) : 0.0;
+}
+
+const SimResult * find_result(const std::vector<SimResult> & rs, uint64_t bytes, const char * policy) {
+    for (const auto & r : rs) {
+        if (r.arena_bytes == bytes && r.policy == policy) {
+            return &r;
+        }
+    }
+    return nullptr;
+}
+
+std::string format(const char * fmt, double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return buf;
+}
+
+std::string center(const std::string & text, size_t width) {
+    const size_t pad = width > text.size() ? (width - text.size()) / 2 : 0;
+    return std::string(pad, ' ') + text;
+}
+
+}  // namespace
+
+std::vector<uint64_t> parse_arena_sizes(const std::string & text) {
+    std::vector<uint64_t> sizes;
+    size_t pos = 0;
+    while (true) {
+        const size_t comma = text.find(',', pos);
+        const std::string item = trim(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+        const auto bytes = parse_byte_size(item);
+        if (!bytes) {
+            throw Error("--arena: '" + item +
+                        "' is not a byte size; give sizes like 4G, 512M or 6GiB, separated by commas");
+        }
+        sizes.push_back(*bytes);
+        if (comma == std::string::npos) {
+            return sizes;
+        }
+        pos = comma + 1;
+    }
+}
+
+std::vector<uint64_t> default_arena_sizes(const TraceHeader & h) {
+    uint64_t total = 0, largest = 0;
+    for (const auto & c : h.classes) {
+        total += c.slot_bytes * c.total_experts;
+        largest = std::max(largest, c.slot_bytes);
+    }
+    const uint64_t min_bytes = largest * h.n_expert_used;
+    std::vector<uint64_t> sizes;
+    for (uint64_t quarters : {1, 2, 3}) {
+        const uint64_t s = std::max(min_bytes, total / 4 * quarters);
+        if (std::find(sizes.begin(), sizes.end(), s) == sizes.end()) {
+            sizes.push_back(s);
+        }
+    }
+    return sizes;
+}
+
+std::string sim_table(const TraceHeader & h, uint64_t steps, const std::vector<SimResult> & results) {
+    std::vector<uint64_t> sizes;
+    for (const auto & r : results) {
+        if (std::find(sizes.begin(), sizes.end(), r.arena_bytes) == sizes.end()) {
+            sizes.push_back(r.arena_bytes);
+        }
+    }
+    std::string out = "trace of " + h.model + ": " + std::to_string(steps) + " steps, " +
+                      std::to_string(results.empty() ? 0 : results.front().accesses) +
+                      " expert uses (distinct experts per step and layer)\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "%12s  %-23s  %-21s  %s\n", "", center("hit rate", 23).c_str(),
+                  center("hit rate vs belady", 21).c_str(), center("GiB missed per step", 27).c_str());
+    out += line;
+    std::snprintf(line, sizeof line, "%12s  %7s %7s %7s  %10s %10s  %8s %8s %9s\n", "arena", "lru", "lfu", "belady",
+                  "lru", "lfu", "lru", "lfu", "belady");
+    out += line;
+    for (uint64_t bytes : sizes) {
+        const SimResult * lru = find_result(results, bytes, "lru");
+        const SimResult * lfu = find_result(results, bytes, "lfu");
+        const SimResult * opt = find_result(results, bytes, "belady");
+        auto rate = [](const SimResult * r) { return r ? format("%.1f%%", 100.0 * r->hit_rate) : std::string("-"); };
+        auto ratio = [&](const SimResult * r) {
+            return r && opt && opt->hit_rate > 0 ? format("%.2fx", r->hit_rate / opt->hit_rate) : std::string("-");
+        };
+        auto gib = [&](const SimResult * r) { return r ? format("%.3f", gib_per_step(*r, steps)) : std::string("-"); };
+        std::snprintf(line, sizeof line, "%12s  %7s %7s %7s  %10s %10s  %8s %8s %9s\n", format_bytes(bytes).c_str(),
+                      rate(lru).c_str(), rate(lfu).c_str(), rate(opt).c_str(), ratio(lru).c_str(), ratio(lfu).c_str(),
+                      gib(lru).c_str(), gib(lfu).c_str(), gib(opt).c_str());
+        out += line;
+    }
+    return out;
+}
+
+nlohmann::json sim_json(const TraceHeader & h, uint64_t steps, const std::vector<SimResult> & results) {
+    nlohmann::json j;
+    j["model"] = h.model;
+    j["steps"] = steps;
+    j["results"] = nlohmann::json::array();
+    for (const auto & r : results) {
+        j["results"].push_back({{"policy", r.policy},
+                                {"arena_bytes", r.arena_bytes},
+                                {"accesses", r.accesses},
+                                {"hits", r.hits},
+                                {"misses", r.misses},
+                                {"bytes_missed", r.bytes_missed},
+                                {"hit_rate", r.hit_rate},
+                                {"gib_missed_per_step", gib_per_step(r, steps)}});
+    }
+    return j;
+}
+
+}  // namespace epq

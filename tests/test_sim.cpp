@@ -1,0 +1,455 @@
+// Routing traces (write, read, every malformed input) and the cache simulator (replay semantics,
+// bytes per class, belady against independent brute-force optima).
+#include "sim/cache_sim.h"
+#include "sim/sim_report.h"
+#include "sim/trace.h"
+#include "util/error.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <unistd.h>
+
+using namespace epq;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory for this test's files, removed when the test ends.
+class SimTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        const auto * info = ::testing::UnitTest::GetInstance()->current_test_info();
+        dir_ = fs::temp_directory_path() / ("epq-sim-" + std::to_string(::getpid()) + "-" + info->name());
+        fs::remove_all(dir_);
+        fs::create_directories(dir_);
+    }
+    void TearDown() override { fs::remove_all(dir_); }
+    std::string path(const std::string & name) const { return (dir_ / name).string(); }
+    std::string write(const std::string & name, const std::string & text) const {
+        std::ofstream(path(name), std::ios::binary) << text;
+        return path(name);
+    }
+    fs::path dir_;
+};
+
+TraceHeader header(uint32_t n_expert, uint32_t k, std::vector<SizeClassDemand> classes,
+                   std::vector<std::pair<uint32_t, uint32_t>> layers) {
+    TraceHeader h;
+    h.model = "test.gguf";
+    h.n_expert = n_expert;
+    h.n_expert_used = k;
+    h.classes = std::move(classes);
+    h.layers = std::move(layers);
+    return h;
+}
+
+// The message of the epq::Error `fn` throws ("" when it throws none).
+template <class Fn>
+std::string error_of(Fn fn) {
+    try {
+        fn();
+    } catch (const Error & e) {
+        return e.what();
+    }
+    return "";
+}
+
+const char * kHeaderLine =
+    R"({"model":"m.gguf","n_expert":8,"n_expert_used":2,"classes":[{"slot_bytes":100,"total_experts":16}],)"
+    R"("layers":[{"layer":0,"class":0},{"layer":2,"class":0}]})";
+
+}  // namespace
+
+TEST_F(SimTest, TraceRoundTrip) {
+    const TraceHeader h = header(8, 2, {{100, 8}, {300, 16}}, {{0, 1}, {3, 0}, {4, 1}});
+    std::vector<TraceRecord> want;
+    {
+        TraceWriter w(path("t.trace"), h);
+        // Enough records to pass the writer's buffer more than once.
+        std::mt19937 rng(5);
+        for (uint64_t i = 0; i < 90000; ++i) {
+            const uint64_t step = i < 30 ? 0 : i / 3;
+            const uint32_t layer = h.layers[i % 3].first;
+            const int32_t e[2] = {static_cast<int32_t>(rng() % 8), static_cast<int32_t>(rng() % 8)};
+            w.record(step, i / 3, layer, e, 2);
+            want.push_back({step, i / 3, layer, {uint32_t(e[0]), uint32_t(e[1])}});
+        }
+        w.flush();
+    }
+    const Trace t = read_trace(path("t.trace"));
+    EXPECT_EQ(t.header.model, "test.gguf");
+    EXPECT_EQ(t.header.n_expert, 8u);
+    EXPECT_EQ(t.header.n_expert_used, 2u);
+    ASSERT_EQ(t.header.classes.size(), 2u);
+    EXPECT_EQ(t.header.classes[1].slot_bytes, 300u);
+    EXPECT_EQ(t.header.classes[1].total_experts, 16u);
+    EXPECT_EQ(t.header.layers, h.layers);
+    ASSERT_EQ(t.records.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(t.records[i].step, want[i].step) << i;
+        ASSERT_EQ(t.records[i].token, want[i].token) << i;
+        ASSERT_EQ(t.records[i].layer, want[i].layer) << i;
+        ASSERT_EQ(t.records[i].experts, want[i].experts) << i;
+    }
+    // The text is what the format says.
+    std::ifstream in(path("t.trace"));
+    std::string l1, l2, l3;
+    std::getline(in, l1);
+    std::getline(in, l2);
+    std::getline(in, l3);
+    EXPECT_EQ(l1, "epq-trace 1");
+    EXPECT_EQ(l2.front(), '{');
+    EXPECT_EQ(l3, "0 0 0 " + std::to_string(want[0].experts[0]) + " " + std::to_string(want[0].experts[1]));
+}
+
+TEST_F(SimTest, TraceWriterThatCannotCreateTheFileSaysSo) {
+    const std::string msg = error_of([&] {
+        TraceWriter w(path("no/such/dir/t.trace"), header(8, 2, {{100, 8}}, {{0, 0}}));
+    });
+    EXPECT_NE(msg.find("cannot create the trace file"), std::string::npos) << msg;
+}
+
+TEST_F(SimTest, MalformedTracesAreRejectedWithTheReason) {
+    const std::string head = std::string("epq-trace 1\n") + kHeaderLine + "\n";
+    struct Case {
+        std::string name, text, expect;
+    };
+    const std::vector<Case> cases = {
+        {"empty", "", "is not an epq routing trace"},
+        {"magic", "GGUF\n", "is not an epq routing trace"},
+        {"version", "epq-trace 2\n{}\n", "format 1 only"},
+        {"nojson", "epq-trace 1\n{\"model\": \n", "not valid JSON"},
+        {"noheader", "epq-trace 1\n", "header is missing"},
+        {"nofield", "epq-trace 1\n{\"model\":\"m\"}\n", "lacks a field"},
+        {"badk", R"(epq-trace 1
+{"model":"m","n_expert":4,"n_expert_used":5,"classes":[{"slot_bytes":1,"total_experts":4}],"layers":[{"layer":0,"class":0}]}
+)",
+         "n_expert_used 5 of n_expert 4"},
+        {"badclass", R"(epq-trace 1
+{"model":"m","n_expert":4,"n_expert_used":2,"classes":[{"slot_bytes":1,"total_experts":4}],"layers":[{"layer":0,"class":1}]}
+)",
+         "has class 1 of 1"},
+        {"record", head + "0 0 0 1 2\n0 0 2 1 x\n", "line 4: malformed record '0 0 2 1 x'"},
+        {"short", head + "0 0 0 1 2\n1 1 0 1\n", "line 4: malformed record"},
+        {"long", head + "0 0 0 1 2 3\n", "line 3: malformed record"},
+        {"negative", head + "0 0 0 1 -2\n", "line 3: expert -2 is out of range"},
+        {"expert", head + "0 0 0 1 2\n0 0 2 8 1\n", "line 4: expert 8 is out of range (the model has 8 experts"},
+        {"layer", head + "0 0 0 1 2\n0 0 1 1 2\n", "line 4: layer 1 is not one of the MoE layers"},
+    };
+    for (const auto & c : cases) {
+        const std::string p = write(c.name, c.text);
+        const std::string msg = error_of([&] { read_trace(p); });
+        EXPECT_NE(msg.find(c.expect), std::string::npos) << c.name << ": '" << msg << "'";
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << c.name << ": not one line";
+    }
+    const std::string missing = error_of([&] { read_trace(path("absent.trace")); });
+    EXPECT_NE(missing.find("cannot open the trace"), std::string::npos) << missing;
+    EXPECT_NE(missing.find("absent.trace"), std::string::npos) << missing;
+    // And a good one with a blank last line and CRLF line ends reads.
+    const Trace ok = read_trace(write("ok", "epq-trace 1\r\n" + std::string(kHeaderLine) + "\r\n0 0 2 7 0\r\n\n"));
+    ASSERT_EQ(ok.records.size(), 1u);
+    EXPECT_EQ(ok.records[0].layer, 2u);
+    EXPECT_EQ(ok.records[0].experts, (std::vector<uint32_t>{7, 0}));
+}
+
+TEST(Simulate, PromptBatchLargerThanTheArenaGoesInChunks) {
+    // One class of 100 B, 8 experts, k=2; an arena of 400 B has 4 slots. The prompt batch (step
+    // 0) picks 0 1 | 1 2 | 0 3 | 4 5: distinct in order 0 1 2 3 4 5, six experts for 4 slots.
+    // lru: 0 1 2 3 pinned, 4 does not fit: unpin, then 4 and 5 evict 0 and 1 -> 6 misses, and
+    // resident 2 3 4 5 with 2 least recently used. Decode step 1 picks 0 5: 0 misses (evicts 2),
+    // 5 hits. accesses 6 + 2 = 8, misses 7, hits 1, bytes 700.
+    Trace t;
+    t.header = header(8, 2, {{100, 8}}, {{0, 0}});
+    t.records = {{0, 0, 0, {0, 1}}, {0, 1, 0, {1, 2}}, {0, 2, 0, {0, 3}}, {0, 3, 0, {4, 5}}, {1, 4, 0, {0, 5}}};
+    const SimResult r = simulate(t, 400, EvictionPolicy::lru);
+    EXPECT_EQ(r.policy, "lru");
+    EXPECT_EQ(r.arena_bytes, 400u);
+    EXPECT_EQ(r.accesses, 8u);
+    EXPECT_EQ(r.misses, 7u);
+    EXPECT_EQ(r.hits, 1u);
+    EXPECT_EQ(r.bytes_missed, 700u);
+    EXPECT_DOUBLE_EQ(r.hit_rate, 1.0 / 8);
+    for (EvictionPolicy p : {EvictionPolicy::lfu, EvictionPolicy::belady}) {
+        const SimResult o = simulate(t, 400, p);
+        EXPECT_EQ(o.accesses, 8u);
+        EXPECT_EQ(o.hits + o.misses, 8u);
+    }
+    EXPECT_EQ(count_steps(t), 2u);
+}
+
+TEST(Simulate, GroupsAreStepAndLayerWhateverTheRecordOrder) {
+    // Step 0 has two tokens over layers 0 and 1: layer 0 uses {0,1} and {1,2} -> 3 distinct,
+    // layer 1 {0,1} and {2,3} -> 4 distinct. Step 1: layer 0 {0,2} -> 2. accesses 9. The arena
+    // holds everything, so the 7 first uses miss and step 1's two are hits.
+    Trace token_major, layer_major;
+    token_major.header = layer_major.header = header(4, 2, {{10, 8}}, {{0, 0}, {1, 0}});
+    token_major.records = {
+        {0, 0, 0, {0, 1}}, {0, 0, 1, {0, 1}}, {0, 1, 0, {1, 2}}, {0, 1, 1, {2, 3}}, {1, 2, 0, {0, 2}}};
+    layer_major.records = {
+        {0, 0, 0, {0, 1}}, {0, 1, 0, {1, 2}}, {0, 0, 1, {0, 1}}, {0, 1, 1, {2, 3}}, {1, 2, 0, {0, 2}}};
+    for (const Trace * t : {&token_major, &layer_major}) {
+        const SimResult r = simulate(*t, 1000, EvictionPolicy::lru);
+        EXPECT_EQ(r.accesses, 9u);
+        EXPECT_EQ(r.misses, 7u);
+        EXPECT_EQ(r.hits, 2u);
+        EXPECT_EQ(r.bytes_missed, 70u);
+    }
+}
+
+TEST(Simulate, BytesMissedUseEachExpertsOwnClass) {
+    // Layer 0 has 100 B experts, layer 1 300 B ones; the arena holds everything. Misses: layer
+    // 0 experts 0 1 4 (3 x 100), layer 1 experts 2 3 5 (3 x 300) = 1200 B; two hits.
+    Trace t;
+    t.header = header(8, 2, {{100, 8}, {300, 8}}, {{0, 0}, {1, 1}});
+    t.records = {{0, 0, 0, {0, 1}}, {0, 0, 1, {2, 3}}, {1, 1, 0, {0, 4}}, {1, 1, 1, {2, 5}}};
+    for (EvictionPolicy p : {EvictionPolicy::lru, EvictionPolicy::lfu, EvictionPolicy::belady}) {
+        const SimResult r = simulate(t, 3200, p);
+        EXPECT_EQ(r.accesses, 8u) << policy_name(p);
+        EXPECT_EQ(r.misses, 6u) << policy_name(p);
+        EXPECT_EQ(r.bytes_missed, 1200u) << policy_name(p);
+    }
+}
+
+TEST(Simulate, BorrowedSlotsStillCountTheSmallClassBytes) {
+    // At the 600 B minimum (k=2 x 300 B) the plan has no small slots, so the 100 B experts of
+    // layer 0 borrow the two large ones. Steps: layer 0 {0,1}, layer 1 {0,1}, layer 0 {0,1};
+    // each step evicts the other's: 6 misses, 2 x 100 + 2 x 300 + 2 x 100 = 1000 B (not 6 x 300).
+    const std::vector<SizeClassDemand> classes = {{100, 2}, {300, 4}};
+    const ArenaPlan plan = plan_arena(600, classes, 2);
+    ASSERT_EQ(plan.pools[0].n_slots, 0u);
+    ASSERT_EQ(plan.pools[1].n_slots, 2u);
+    Trace t;
+    t.header = header(2, 2, classes, {{0, 0}, {1, 1}});
+    t.records = {{0, 0, 0, {0, 1}}, {1, 1, 1, {0, 1}}, {2, 2, 0, {0, 1}}};
+    const SimResult r = simulate(t, 600, EvictionPolicy::lru);
+    EXPECT_EQ(r.misses, 6u);
+    EXPECT_EQ(r.bytes_missed, 1000u);
+}
+
+TEST(Simulate, BelowTheMinimumArenaIsAnError) {
+    Trace t;
+    t.header = header(8, 2, {{100, 8}, {300, 8}}, {{0, 0}, {1, 1}});
+    t.records = {{0, 0, 0, {0, 1}}};
+    const std::string msg = error_of([&] { simulate(t, 599, EvictionPolicy::lru); });
+    EXPECT_NE(msg.find("below the minimum"), std::string::npos) << msg;
+}
+
+namespace {
+
+// Skewed picks, as routers make them: a few experts are popular.
+uint32_t pick(std::mt19937 & rng, uint32_t n) {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    return std::min(n - 1, static_cast<uint32_t>(u * u * n));
+}
+
+// The true optimum by exhaustive search over every eviction choice (memoized on position and
+// cache contents): the fewest misses any replacement can reach when the experts already used in
+// the current group are pinned, as the arena pins them.
+uint64_t exhaustive_min_misses(const std::vector<std::vector<uint32_t>> & groups, size_t slots) {
+    std::vector<uint32_t> flat;
+    std::vector<size_t> group_begin;  // per position: where its group starts
+    for (const auto & g : groups) {
+        for (size_t i = 0; i < g.size(); ++i) {
+            group_begin.push_back(flat.size() - i);
+            flat.push_back(g[i]);
+        }
+    }
+    std::map<std::pair<size_t, std::set<uint32_t>>, uint64_t> memo;
+    std::function<uint64_t(size_t, const std::set<uint32_t> &)> go = [&](size_t i, const std::set<uint32_t> & cache) {
+        if (i == flat.size()) {
+            return uint64_t{0};
+        }
+        auto it = memo.find({i, cache});
+        if (it != memo.end()) {
+            return it->second;
+        }
+        uint64_t best = UINT64_MAX;
+        if (cache.count(flat[i])) {
+            best = go(i + 1, cache);
+        } else if (cache.size() < slots) {
+            auto c = cache;
+            c.insert(flat[i]);
+            best = 1 + go(i + 1, c);
+        } else {
+            for (uint32_t out : cache) {
+                if (std::find(flat.begin() + group_begin[i], flat.begin() + i, out) != flat.begin() + i) {
+                    continue;  // pinned
+                }
+                auto c = cache;
+                c.erase(out);
+                c.insert(flat[i]);
+                best = std::min(best, 1 + go(i + 1, c));
+            }
+        }
+        memo[{i, cache}] = best;
+        return best;
+    };
+    return go(0, {});
+}
+
+// Farthest-next-use replacement written plainly: a vector as the cache, the next use found by
+// scanning ahead, and the current group's experts (pinned in the arena) never evicted.
+uint64_t farthest_next_use_misses(const std::vector<std::vector<uint32_t>> & groups, size_t slots) {
+    std::vector<uint32_t> flat;
+    for (const auto & g : groups) {
+        flat.insert(flat.end(), g.begin(), g.end());
+    }
+    std::vector<uint32_t> cache;
+    uint64_t misses = 0;
+    size_t pos = 0;
+    for (const auto & g : groups) {
+        std::vector<uint32_t> pinned;
+        for (uint32_t key : g) {
+            if (std::find(cache.begin(), cache.end(), key) == cache.end()) {
+                ++misses;
+                if (cache.size() < slots) {
+                    cache.push_back(key);
+                } else {
+                    size_t victim = SIZE_MAX, farthest = 0;
+                    for (size_t c = 0; c < cache.size(); ++c) {
+                        if (std::find(pinned.begin(), pinned.end(), cache[c]) != pinned.end()) {
+                            continue;
+                        }
+                        size_t next = pos + 1;
+                        while (next < flat.size() && flat[next] != cache[c]) {
+                            ++next;
+                        }
+                        if (victim == SIZE_MAX || next > farthest) {
+                            victim = c;
+                            farthest = next;
+                        }
+                    }
+                    cache[victim] = key;
+                }
+            }
+            pinned.push_back(key);
+            ++pos;
+        }
+    }
+    return misses;
+}
+
+}  // namespace
+
+TEST(Simulate, BeladyMatchesTheExhaustiveOptimumOnSmallTraces) {
+    // 6 experts, 3 slots; groups of one expert (k=1) and of two (k=2, the first one pinned
+    // while the second is acquired).
+    for (uint32_t k : {1u, 2u}) {
+        for (uint32_t seed = 1; seed <= 12; ++seed) {
+            std::mt19937 rng(seed);
+            Trace t;
+            t.header = header(6, k, {{10, 6}}, {{0, 0}});
+            std::vector<std::vector<uint32_t>> groups;
+            for (uint64_t step = 0; step < 24 / k; ++step) {
+                std::vector<uint32_t> experts;
+                while (experts.size() < k) {
+                    const uint32_t e = pick(rng, 6);
+                    if (std::find(experts.begin(), experts.end(), e) == experts.end()) {
+                        experts.push_back(e);
+                    }
+                }
+                t.records.push_back({step, step, 0, experts});
+                groups.push_back(experts);
+            }
+            const uint64_t best = exhaustive_min_misses(groups, 3);
+            const SimResult opt = simulate(t, 30, EvictionPolicy::belady);
+            EXPECT_EQ(opt.misses, best) << "k " << k << " seed " << seed;
+            EXPECT_LE(opt.misses, simulate(t, 30, EvictionPolicy::lru).misses) << "seed " << seed;
+            EXPECT_LE(opt.misses, simulate(t, 30, EvictionPolicy::lfu).misses) << "seed " << seed;
+        }
+    }
+}
+
+TEST(Simulate, BeladyMatchesABruteForceFarthestNextUseAndBeatsLruAndLfu) {
+    // 3 layers of 16 experts, k=4, one pool of 12 slots; one token per step.
+    for (uint32_t seed = 1; seed <= 6; ++seed) {
+        std::mt19937 rng(seed);
+        Trace t;
+        t.header = header(16, 4, {{100, 48}}, {{0, 0}, {1, 0}, {2, 0}});
+        std::vector<std::vector<uint32_t>> groups;  // keys: layer * 16 + expert
+        for (uint64_t step = 0; step < 400; ++step) {
+            for (uint32_t layer = 0; layer < 3; ++layer) {
+                std::vector<uint32_t> experts;
+                while (experts.size() < 4) {
+                    const uint32_t e = pick(rng, 16);
+                    if (std::find(experts.begin(), experts.end(), e) == experts.end()) {
+                        experts.push_back(e);
+                    }
+                }
+                t.records.push_back({step, step, layer, experts});
+                groups.emplace_back();
+                for (uint32_t e : experts) {
+                    groups.back().push_back(layer * 16 + e);
+                }
+            }
+        }
+        const SimResult opt = simulate(t, 1200, EvictionPolicy::belady);
+        const SimResult lru = simulate(t, 1200, EvictionPolicy::lru);
+        const SimResult lfu = simulate(t, 1200, EvictionPolicy::lfu);
+        EXPECT_EQ(opt.accesses, 400u * 3 * 4);
+        EXPECT_EQ(opt.misses, farthest_next_use_misses(groups, 12)) << "seed " << seed;
+        EXPECT_LE(opt.misses, lru.misses) << "seed " << seed;
+        EXPECT_LE(opt.misses, lfu.misses) << "seed " << seed;
+        EXPECT_EQ(opt.hits + opt.misses, opt.accesses);
+    }
+}
+
+TEST(Simulate, AllRunsEveryPolicyForEverySize) {
+    Trace t;
+    t.header = header(8, 2, {{100, 8}}, {{0, 0}});
+    t.records = {{0, 0, 0, {0, 1}}, {1, 1, 0, {2, 1}}, {2, 2, 0, {0, 3}}};
+    const auto rs = simulate_all(t, {200, 800});
+    ASSERT_EQ(rs.size(), 6u);
+    const std::vector<std::string> policies = {"lru", "lfu", "belady"};
+    for (size_t i = 0; i < rs.size(); ++i) {
+        EXPECT_EQ(rs[i].policy, policies[i % 3]);
+        EXPECT_EQ(rs[i].arena_bytes, i < 3 ? 200u : 800u);
+        EXPECT_EQ(rs[i].accesses, 6u);
+    }
+    EXPECT_EQ(rs[3].misses, 4u);  // 800 B holds all 8: only the first uses of 0 1 2 3 miss
+}
+
+TEST(SimReport, ArenaSizesParseAndBadOnesAreNamed) {
+    EXPECT_EQ(parse_arena_sizes("2G, 4G,6GiB"), (std::vector<uint64_t>{2ull << 30, 4ull << 30, 6ull << 30}));
+    EXPECT_EQ(parse_arena_sizes("512M"), (std::vector<uint64_t>{512ull << 20}));
+    for (const std::string bad : {"", "2G,,4G", "4Q", "2G,x"}) {
+        const std::string msg = error_of([&] { parse_arena_sizes(bad); });
+        EXPECT_NE(msg.find("--arena"), std::string::npos) << bad << ": " << msg;
+    }
+    EXPECT_NE(error_of([] { parse_arena_sizes("2G,4Q"); }).find("'4Q'"), std::string::npos);
+}
+
+TEST(SimReport, DefaultSizesAreQuartersOfTheExpertBytesAtLeastTheMinimum) {
+    // 100 x 40 + 300 x 20 = 10000 B of experts.
+    EXPECT_EQ(default_arena_sizes(header(8, 2, {{100, 40}, {300, 20}}, {{0, 0}})),
+              (std::vector<uint64_t>{2500, 5000, 7500}));
+    // 4000 B of experts, minimum 2 x 1000: 1000 and 2000 both become 2000.
+    EXPECT_EQ(default_arena_sizes(header(8, 2, {{1000, 4}}, {{0, 0}})), (std::vector<uint64_t>{2000, 3000}));
+}
+
+TEST(SimReport, TableShowsRatesRatiosAndGibPerStep) {
+    const uint64_t gib = 1ull << 30;
+    std::vector<SimResult> rs = {
+        {"lru", gib, 100, 45, 55, 2 * gib, 0.45},
+        {"lfu", gib, 100, 72, 28, 1 * gib, 0.72},
+        {"belady", gib, 100, 90, 10, gib / 2, 0.90},
+    };
+    const std::string table = sim_table(header(8, 2, {{100, 8}}, {{0, 0}}), 4, rs);
+    for (const std::string want :
+         {"1.00 GiB", "45.0%", "72.0%", "90.0%", "0.50x", "0.80x", "0.500", "0.250", "0.125", "4 steps"}) {
+        EXPECT_NE(table.find(want), std::string::npos) << want << " in\n" << table;
+    }
+    const auto j = sim_json(header(8, 2, {{100, 8}}, {{0, 0}}), 4, rs);
+    EXPECT_EQ(j["steps"], 4);
+    EXPECT_EQ(j["results"][1]["policy"], "lfu");
+    EXPECT_EQ(j["results"][1]["bytes_missed"], gib);
+    EXPECT_DOUBLE_EQ(j["results"][2]["gib_missed_per_step"].get<double>(), 0.125);
+}
