@@ -36,9 +36,10 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
     : path_(model_path),
       layout_(SlotLayout::build(index)),
       plan_(make_plan(layout_, index, opts.arena_bytes)),
-      arena_(plan_.pools),
+      arena_(plan_.pools, opts.policy),
       reader_(model_path),
-      reads_(reader_, opts.read_threads) {
+      reads_(reader_, opts.read_threads),
+      prefetch_(opts.prefetch, layout_.layers.size(), 64ull << 20, 0.3) {
     for (const auto & p : plan_.pools) {
         const size_t bytes = static_cast<size_t>(p.slot_bytes) * p.n_slots;
         uint8_t * mem = nullptr;
@@ -61,9 +62,31 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
     layer_batches_.assign(layout_.layers.size(), 0);
     n_expert_ = index.n_expert;
     read_in_batch_.assign(layout_.layers.size() * n_expert_, 0);
+    if (opts.prefetch != PrefetchMode::off) {
+        predictor_ = std::make_unique<RouterPredictor>(model_path, index);
+        if (!predictor_->available()) {
+            prefetch_ = PrefetchAccount(PrefetchMode::off, layout_.layers.size());
+            prefetch_.set_state("off (" + predictor_->why() + ")");
+        }
+    }
+    stats_.prefetch_mode = opts.prefetch;
+    if (!opts.trace_path.empty()) {
+        TraceHeader h;
+        h.model = model_path.substr(model_path.find_last_of('/') + 1);
+        h.n_expert = index.n_expert;
+        h.n_expert_used = index.n_expert_used;
+        for (size_t c = 0; c < layout_.class_bytes.size(); ++c) {
+            h.classes.push_back({layout_.class_bytes[c], layout_.class_experts[c]});
+        }
+        for (const auto & l : layout_.layers) {
+            h.layers.emplace_back(static_cast<uint32_t>(l.layer), l.size_class);
+        }
+        trace_ = std::make_unique<TraceWriter>(opts.trace_path, h);
+    }
 }
 
 Pager::~Pager() {
+    drain_prefetch();
     if (cpu_) {
         ggml_backend_free(cpu_);
     }
@@ -155,6 +178,34 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
     if (first_op_of_layer) {
         stats_.expert_lookups += experts.size();
     }
+    if (trace_ && first_op_of_layer) {
+        if (li == 0) {
+            ++trace_step_;
+            trace_token_ += trace_step_tokens_;
+            trace_step_tokens_ = static_cast<uint64_t>(ids->ne[1]);
+        }
+        std::vector<int32_t> row(static_cast<size_t>(ids->ne[0]));
+        for (int64_t t = 0; t < ids->ne[1]; ++t) {
+            for (int64_t k = 0; k < ids->ne[0]; ++k) {
+                row[static_cast<size_t>(k)] = *reinterpret_cast<const int32_t *>(static_cast<const char *>(ids->data) +
+                                                                                 t * ids->nb[1] + k * ids->nb[0]);
+            }
+            trace_->record(trace_step_, trace_token_ + static_cast<uint64_t>(t), layer_no, row.data(), row.size());
+        }
+    }
+    const bool decode = ids->ne[1] == 1;
+    if (li == 0 && first_op_of_layer) {
+        // Token boundaries of decode: the auto prefetch trial compares whole-token times.
+        const auto now = std::chrono::steady_clock::now();
+        if (decode && token_clock_running_) {
+            prefetch_.token_time(std::chrono::duration<double>(now - token_start_).count());
+        }
+        token_start_ = now;
+        token_clock_running_ = decode;
+    }
+    settle_prefetch(li, experts, decode && first_op_of_layer);
+    bool predicted =
+        !(decode && first_op_of_layer && predictor_ && prefetch_.active() && li + 1 < layout_.layers.size());
 
     // A pipeline bounded by the arena: pin and request as many experts as fit, compute those
     // that are ready, release their slots, and pin more. Every expert is pinned once per chain.
@@ -198,6 +249,12 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
             }
             if (inflight.empty()) {
                 throw Error("internal: no arena slot can be pinned");
+            }
+            if (!predicted && next == experts.size()) {
+                // Every expert of this layer is pinned and its reads are queued: guess the next
+                // layer's and queue those reads behind them.
+                start_prefetch(li, chain.front()->src[1]);
+                predicted = true;
             }
             // Resident experts first, then misses as they arrive (at least the oldest one).
             std::vector<size_t> ready;
@@ -261,6 +318,83 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
         release_all();
         throw;
     }
+}
+
+void Pager::flush_trace() {
+    if (trace_) {
+        trace_->flush();
+    }
+}
+
+void Pager::start_prefetch(size_t li, const ggml_tensor * x) {
+    const LayerLayout & next = layout_.layers[li + 1];
+    Prefetch p;
+    p.li = li + 1;
+    p.guessed = predictor_->predict(next.layer, static_cast<const float *>(x->data), x->ne[0]);
+    uint64_t expert_bytes = 0;
+    for (const auto & m : next.matrices) {
+        expert_bytes += m.stride;
+    }
+    for (uint32_t e : p.guessed) {
+        auto a = arena_.acquire({static_cast<uint32_t>(next.layer), e}, next.size_class);
+        if (!a) {
+            p.read_bytes.push_back(0);
+            continue;
+        }
+        if (a->hit) {
+            arena_.unpin(a->ref);  // already resident: the lookup only refreshed it
+            p.read_bytes.push_back(0);
+            continue;
+        }
+        Use u;
+        u.expert = static_cast<int32_t>(e);
+        u.ref = a->ref;
+        u.ticket = load(next, u.expert, u.ref);
+        ++stats_.speculative_reads;
+        stats_.speculative_bytes += expert_bytes;
+        p.reads.push_back(std::move(u));
+        p.read_bytes.push_back(expert_bytes);
+    }
+    p.valid = true;
+    pending_ = std::move(p);
+}
+
+void Pager::settle_prefetch(size_t li, const std::vector<int32_t> & selected, bool decode) {
+    if (!pending_.valid) {
+        return;
+    }
+    Prefetch p = std::move(pending_);
+    pending_ = Prefetch{};
+    const LayerLayout & layer = layout_.layers[p.li];
+    const auto t0 = std::chrono::steady_clock::now();
+    std::exception_ptr error;
+    for (auto & u : p.reads) {
+        try {
+            u.ticket->wait();
+            loaded(layer, u.ref);
+        } catch (...) {
+            error = error ? error : std::current_exception();
+            arena_.failed(u.ref);
+        }
+        arena_.unpin(u.ref);
+    }
+    stats_.prefetch_wait_seconds += since(t0);
+    if (error) {
+        std::rethrow_exception(error);
+    }
+    if (decode && p.li == li) {
+        prefetch_.settle(li, p.guessed, p.read_bytes, std::vector<uint32_t>(selected.begin(), selected.end()));
+    }
+}
+
+void Pager::drain_prefetch() noexcept {
+    for (auto & u : pending_.reads) {
+        try {
+            u.ticket->wait();
+        } catch (...) {
+        }
+    }
+    pending_ = Prefetch{};
 }
 
 void Pager::inject_fault(const std::string & kind, uint64_t after) {
@@ -374,7 +508,11 @@ PagerStats Pager::stats() const {
     PagerStats s = stats_;
     const auto & c = arena_.counters();
     s.misses = c.misses;
-    s.hits = s.expert_lookups > c.misses ? s.expert_lookups - c.misses : 0;
+    // Speculative reads are not misses of a lookup: an expert read early and then used was
+    // resident when its layer asked for it.
+    const uint64_t demand_misses = c.misses - std::min(c.misses, s.speculative_reads);
+    s.demand_misses = demand_misses;
+    s.hits = s.expert_lookups > demand_misses ? s.expert_lookups - demand_misses : 0;
     s.evictions = c.evictions;
     s.borrowed = c.borrowed;
     const ReadStats rs = reads_.stats();
@@ -382,6 +520,9 @@ PagerStats Pager::stats() const {
     s.read_requests = rs.requests;
     s.read_busy_seconds = rs.busy_seconds;
     s.read_wall_seconds = rs.wall_seconds;
+    s.prefetch_state = prefetch_.state();
+    s.prefetch = prefetch_.total();
+    s.prefetch_layers = prefetch_.per_layer();
     return s;
 }
 

@@ -5,14 +5,18 @@
 // bit-identical. Experts already resident are computed while the misses are still being read.
 #pragma once
 
+#include "arena/prefetch_account.h"
 #include "arena/slot_arena.h"
+#include "backend/router_predictor.h"
 #include "gguf/expert_index.h"
 #include "gguf/slot_layout.h"
 #include "io/read_pool.h"
+#include "sim/trace.h"
 
 #include "ggml-backend.h"
 #include "ggml.h"
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,13 +27,21 @@ namespace epq {
 struct PagerOptions {
     uint64_t arena_bytes = 0;
     int read_threads = 4;
+    // Next-layer prediction: read the experts the next layer's router would pick for the
+    // current hidden state while this layer computes (decode only).
+    PrefetchMode prefetch = PrefetchMode::automatic;
+    EvictionPolicy policy = EvictionPolicy::lru;
+    std::string trace_path;  // record every (token, layer, experts) here when set
 };
 
 struct PagerStats {
-    uint64_t ops = 0;             // expert matmuls served
-    uint64_t expert_lookups = 0;  // distinct (layer, expert) uses per batch
-    uint64_t hits = 0;            // uses found resident: expert_lookups - misses
-    uint64_t misses = 0;          // experts read from disk
+    uint64_t ops = 0;                // expert matmuls served
+    uint64_t expert_lookups = 0;     // distinct (layer, expert) uses per batch
+    uint64_t hits = 0;               // uses found resident: expert_lookups - misses
+    uint64_t misses = 0;             // experts read from disk
+    uint64_t demand_misses = 0;      // of which a layer asked for and did not find: misses - speculative
+    uint64_t speculative_reads = 0;  // experts read early on a guess (prefetch)
+    uint64_t speculative_bytes = 0;
     uint64_t evictions = 0;
     uint64_t borrowed = 0;
     uint64_t bytes_read = 0;
@@ -42,6 +54,11 @@ struct PagerStats {
     double wait_seconds = 0.0;         // compute stalled on reads
     double compute_seconds = 0.0;      // expert matmuls
     bool direct_io = false;
+    PrefetchMode prefetch_mode = PrefetchMode::off;
+    std::string prefetch_state;  // on, off, or why it switched itself off
+    PredictionCounts prefetch;   // all layers
+    std::vector<PredictionCounts> prefetch_layers;
+    double prefetch_wait_seconds = 0.0;  // waiting for speculative reads to land
 };
 
 class Pager {
@@ -68,6 +85,8 @@ public:
     ExpertForward expert_forward(int layer, int32_t expert, const std::vector<float> & x, float weight);
 
     void set_n_threads(int n);
+    // Writes out the routing trace; throws epq::Error when the write fails.
+    void flush_trace();
     PagerStats stats() const;
     const ArenaPlan & plan() const { return plan_; }
     const SlotLayout & layout() const { return layout_; }
@@ -94,6 +113,18 @@ private:
     uint8_t * slot_ptr(SlotRef r) const;
     std::shared_ptr<Ticket> load(const LayerLayout & layer, int32_t expert, SlotRef r);
 
+    // The guess for the next layer and its speculative reads, settled when that layer runs.
+    struct Prefetch {
+        bool valid = false;
+        size_t li = 0;
+        std::vector<uint32_t> guessed;
+        std::vector<uint64_t> read_bytes;
+        std::vector<Use> reads;
+    };
+    void start_prefetch(size_t li, const ggml_tensor * x);
+    void settle_prefetch(size_t li, const std::vector<int32_t> & selected, bool decode);
+    void drain_prefetch() noexcept;
+
     std::string path_;
     SlotLayout layout_;
     ArenaPlan plan_;
@@ -117,6 +148,13 @@ private:
     std::vector<int32_t> idg_, expg_;
     std::vector<std::vector<float>> staged_;  // per chain node read outside the chain: its rows
     std::vector<uint8_t> ctx_mem_;
+    std::unique_ptr<TraceWriter> trace_;
+    uint64_t trace_step_ = 0, trace_token_ = 0, trace_step_tokens_ = 0;
+    std::unique_ptr<RouterPredictor> predictor_;
+    PrefetchAccount prefetch_;
+    Prefetch pending_;
+    std::chrono::steady_clock::time_point token_start_;
+    bool token_clock_running_ = false;
     std::vector<uint64_t> layer_ops_;      // expert matmuls served per layer
     std::vector<uint64_t> layer_batches_;  // batches seen per layer
     std::vector<uint64_t> read_in_batch_;  // [layer x expert]: the batch it was last read in, + 1

@@ -30,7 +30,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 GenerationStats generate(LlamaSession & session, const std::vector<llama_token> & prompt_tokens, int n_predict,
                          const SamplingOptions & sampling, const PieceSink & sink, const LogitsObserver & observe,
-                         bool decode_last) {
+                         bool decode_last, const std::vector<llama_token> & replay) {
     GenerationStats st;
     st.n_prompt = static_cast<int>(prompt_tokens.size());
     auto sampler = make_sampler(sampling);
@@ -42,14 +42,18 @@ GenerationStats generate(LlamaSession & session, const std::vector<llama_token> 
 
     t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < n_predict; ++i) {
+        if (!replay.empty() && static_cast<size_t>(i) >= replay.size()) {
+            break;
+        }
         if (observe) {
             observe(i, session.logits(), session.n_vocab());
         }
-        const llama_token tok = llama_sampler_sample(sampler.get(), session.ctx(), -1);
+        const llama_token tok =
+            replay.empty() ? llama_sampler_sample(sampler.get(), session.ctx(), -1) : replay[static_cast<size_t>(i)];
         if (i == 0) {
             st.first_token_seconds = seconds_since(start);
         }
-        if (llama_vocab_is_eog(session.vocab(), tok)) {
+        if (replay.empty() && llama_vocab_is_eog(session.vocab(), tok)) {
             break;
         }
         ++st.n_generated;

@@ -35,9 +35,12 @@ using LogitsObserver = std::function<void(int step, const float * logits, int32_
 
 // Generates up to n_predict tokens after `prompt_tokens`; stops early at an end-of-generation
 // token. With decode_last the final token is decoded too, so the context holds the whole reply
-// (a chat continues from there). Throws epq::Error on decode failure.
+// (a chat continues from there). With `replay`, step i takes replay[i] instead of sampling (it
+// stops when replay ends): decode then follows a real text, token by token. Throws epq::Error
+// on decode failure.
 GenerationStats generate(LlamaSession & session, const std::vector<llama_token> & prompt_tokens, int n_predict,
                          const SamplingOptions & sampling, const PieceSink & sink,
-                         const LogitsObserver & observe = nullptr, bool decode_last = false);
+                         const LogitsObserver & observe = nullptr, bool decode_last = false,
+                         const std::vector<llama_token> & replay = {});
 
 }  // namespace epq

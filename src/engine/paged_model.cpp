@@ -62,6 +62,9 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     PagerOptions po;
     po.arena_bytes = arena;
     po.read_threads = opts.read_threads;
+    po.prefetch = opts.prefetch;
+    po.policy = opts.policy;
+    po.trace_path = opts.trace_path;
     pager_ = std::make_unique<Pager>(path, index_, po);
     apply_fault_env(*pager_);
 

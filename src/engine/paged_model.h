@@ -20,6 +20,9 @@ struct PagedModelOptions {
     int read_threads = 4;
     uint32_t n_ctx = 4096;
     uint32_t n_batch = 512;
+    PrefetchMode prefetch = PrefetchMode::automatic;
+    EvictionPolicy policy = EvictionPolicy::lru;
+    std::string trace_path;
 };
 
 class PagedModel {

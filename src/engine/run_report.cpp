@@ -69,9 +69,18 @@ std::string RunReport::text() const {
                       p.direct_io ? "O_DIRECT" : "buffered: O_DIRECT unsupported here", p.wait_seconds,
                       p.compute_seconds);
         out += buf;
+        const PredictionCounts & f = p.prefetch;
+        std::snprintf(buf, sizeof buf,
+                      "epq: prefetch %s | %llu guesses: precision %.1f%%, recall %.1f%% | speculative reads %llu (%s), "
+                      "used %s, wasted %s | waited %.2f s for them\n",
+                      p.prefetch_state.c_str(), static_cast<unsigned long long>(f.predictions), 100.0 * f.precision(),
+                      100.0 * f.recall(), static_cast<unsigned long long>(f.spec_reads),
+                      format_bytes(f.spec_bytes).c_str(), format_bytes(f.useful_bytes).c_str(),
+                      format_bytes(f.wasted_bytes).c_str(), p.prefetch_wait_seconds);
+        out += buf;
         if (pager_after_prefill && gen.n_generated > 0) {
             const auto & a = *pager_after_prefill;
-            const uint64_t lookups = p.expert_lookups - a.expert_lookups, misses = p.misses - a.misses;
+            const uint64_t lookups = p.expert_lookups - a.expert_lookups, misses = p.demand_misses - a.demand_misses;
             std::snprintf(
                 buf, sizeof buf, "epq: decode only: hit rate %.1f%%, read %s per generated token (prefill read %s)\n",
                 100.0 * ratio(double(lookups - std::min(lookups, misses)), double(lookups)),
@@ -105,6 +114,9 @@ nlohmann::json RunReport::json() const {
         j["expert_lookups"] = p.expert_lookups;
         j["hits"] = p.hits;
         j["misses"] = p.misses;
+        j["demand_misses"] = p.demand_misses;
+        j["speculative_reads"] = p.speculative_reads;
+        j["speculative_bytes"] = p.speculative_bytes;
         j["evictions"] = p.evictions;
         j["hit_rate"] = ratio(double(p.hits), double(p.expert_lookups));
         j["bytes_read"] = p.bytes_read;
@@ -118,9 +130,31 @@ nlohmann::json RunReport::json() const {
         j["missed_expert_bytes"] = p.missed_expert_bytes;
         j["expert_chains"] = p.chains;
         j["rereads_within_batch"] = p.rereads;
+        auto counts = [](const PredictionCounts & c) {
+            return nlohmann::json{{"guesses", c.predictions},
+                                  {"guessed", c.guessed},
+                                  {"selected", c.selected},
+                                  {"correct", c.correct},
+                                  {"precision", c.precision()},
+                                  {"recall", c.recall()},
+                                  {"speculative_reads", c.spec_reads},
+                                  {"speculative_bytes", c.spec_bytes},
+                                  {"useful_reads", c.useful_reads},
+                                  {"useful_bytes", c.useful_bytes},
+                                  {"wasted_bytes", c.wasted_bytes}};
+        };
+        nlohmann::json pf = counts(p.prefetch);
+        pf["mode"] = prefetch_mode_name(p.prefetch_mode);
+        pf["state"] = p.prefetch_state;
+        pf["wait_seconds"] = p.prefetch_wait_seconds;
+        pf["per_layer"] = nlohmann::json::array();
+        for (const auto & c : p.prefetch_layers) {
+            pf["per_layer"].push_back(counts(c));
+        }
+        j["prefetch"] = pf;
         if (pager_after_prefill) {
             const auto & a = *pager_after_prefill;
-            const uint64_t lookups = p.expert_lookups - a.expert_lookups, misses = p.misses - a.misses;
+            const uint64_t lookups = p.expert_lookups - a.expert_lookups, misses = p.demand_misses - a.demand_misses;
             j["prefill_bytes_read"] = a.bytes_read;
             j["prefill_misses"] = a.misses;
             j["decode_bytes_read"] = p.bytes_read - a.bytes_read;

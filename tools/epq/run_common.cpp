@@ -30,6 +30,12 @@ void add_model_flags(CLI::App & sub, RunOptions & o, bool model_required) {
                    "and headroom)")
         ->capture_default_str();
     sub.add_option("--read-threads", o.read_threads, "expert reads in flight")->capture_default_str();
+    sub.add_option("--prefetch", o.prefetch,
+                   "next-layer prediction: read the experts the next layer's router picks for the current hidden "
+                   "state early (decode): auto (switches itself off when most speculative reads are wasted), on, off")
+        ->capture_default_str();
+    sub.add_option("--policy", o.policy, "arena eviction: lru, or lfu (frequency with aging)")->capture_default_str();
+    sub.add_option("--trace", o.trace, "record every (token, layer, selected experts) to this file for epq simulate");
     sub.add_flag("--stats", o.stats_per_token, "print statistics after every token");
     sub.add_option("--stats-json", o.stats_json, "write the run's statistics as JSON to this file");
     sub.add_option("--logits-out", o.logits_out, "write every step's logits (raw float32) to this file");
@@ -59,6 +65,12 @@ LoadedModel load_model(const RunOptions & o) {
         po.read_threads = o.read_threads;
         po.n_ctx = o.n_ctx;
         po.n_batch = o.n_batch;
+        po.prefetch = parse_prefetch_mode(o.prefetch);
+        po.policy = parse_policy(o.policy);
+        if (po.policy == EvictionPolicy::belady) {
+            throw Error("--policy belady needs the future: it exists only in epq simulate");
+        }
+        po.trace_path = o.trace;
         m.paged = std::make_unique<PagedModel>(o.model, po);
         const auto & idx = m.paged->index();
         const auto & plan = m.paged->pager().plan();
@@ -76,6 +88,9 @@ LoadedModel load_model(const RunOptions & o) {
                      plan.holds_everything ? ": every expert fits" : "", m.paged->arena_reasoning().c_str());
         so.overrides = m.paged->overrides();
     } else {
+        if (!o.trace.empty()) {
+            throw Error("--trace records the pager's view of routing: drop --no-pager");
+        }
         std::fprintf(stderr, "epq: --no-pager: running %s through stock llama.cpp (mmap, no repacking)\n",
                      o.model.c_str());
     }
@@ -93,6 +108,7 @@ void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
     report.peak_rss_bytes = peak_rss_bytes();
     report.storage_read_bytes = storage_read_bytes();
     if (m.paged) {
+        m.paged->pager().flush_trace();
         report.pager = m.paged->pager().stats();
         report.arena_bytes = m.paged->pager().plan().bytes;
     }
@@ -107,15 +123,28 @@ void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
 }
 
 int run_generation(const RunOptions & o) {
-    std::string prompt = o.prompt;
-    if (!o.prompt_file.empty()) {
-        std::ifstream in(o.prompt_file, std::ios::binary);
+    auto read_text = [](const std::string & path, const char * what) {
+        std::ifstream in(path, std::ios::binary);
         if (!in) {
-            throw Error("cannot read prompt file " + o.prompt_file);
+            throw Error(std::string("cannot read ") + what + " " + path);
         }
         std::stringstream ss;
         ss << in.rdbuf();
-        prompt = ss.str();
+        return ss.str();
+    };
+    std::string prompt = o.prompt;
+    if (!o.prompt_file.empty()) {
+        prompt = read_text(o.prompt_file, "prompt file");
+    }
+    std::string replay_text;
+    if (!o.replay.empty()) {
+        if (!prompt.empty()) {
+            throw Error("--replay takes its prompt from the text (--replay-prompt tokens): drop -p/-f");
+        }
+        if (o.replay_prompt < 1) {
+            throw Error("--replay-prompt must be at least 1");
+        }
+        replay_text = read_text(o.replay, "replay text");
     }
     if (o.n_predict < 0) {
         throw Error("-n must be 0 or more");
@@ -123,7 +152,25 @@ int run_generation(const RunOptions & o) {
     LoadedModel m = load_model(o);
     LlamaSession & session = *m.session;
 
-    const auto tokens = session.tokenize(prompt, true);
+    auto tokens = session.tokenize(o.replay.empty() ? prompt : replay_text, true);
+    std::vector<llama_token> replay;
+    if (!o.replay.empty()) {
+        const size_t n_prompt = static_cast<size_t>(o.replay_prompt);
+        if (tokens.size() < n_prompt + 1) {
+            throw Error("the replay text has " + std::to_string(tokens.size()) + " tokens: it needs more than " +
+                        "--replay-prompt " + std::to_string(n_prompt));
+        }
+        const size_t n_replay = std::min(tokens.size() - n_prompt, static_cast<size_t>(std::max(0, o.n_predict)));
+        replay.assign(tokens.begin() + static_cast<long>(n_prompt),
+                      tokens.begin() + static_cast<long>(n_prompt + n_replay));
+        tokens.resize(n_prompt);
+        prompt.clear();
+        for (llama_token t : tokens) {
+            prompt += session.piece(t);
+        }
+        std::fprintf(stderr, "epq: replaying %zu tokens of %s after a %zu-token prompt\n", replay.size(),
+                     o.replay.c_str(), n_prompt);
+    }
     if (tokens.empty()) {
         throw Error("the prompt is empty: pass one with -p or -f");
     }
@@ -173,7 +220,8 @@ int run_generation(const RunOptions & o) {
                 logits_file->write(reinterpret_cast<const char *>(logits),
                                    static_cast<std::streamsize>(n_vocab) * static_cast<std::streamsize>(sizeof(float)));
             }
-        });
+        },
+        false, replay);
     std::fputs("\n", stdout);
     std::fflush(stdout);
     report.ttft_seconds = m.load_seconds + report.gen.first_token_seconds;

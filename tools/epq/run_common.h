@@ -30,6 +30,11 @@ struct RunOptions {
     bool stats_per_token = false;
     std::string stats_json;
     std::string logits_out;  // every step's logits, raw float32, for exactness checks
+    std::string prefetch = "auto";
+    std::string policy = "lru";
+    std::string trace;
+    std::string replay;       // drive decode with this text's tokens instead of sampling
+    int replay_prompt = 128;  // of which the first this many are the prompt
 };
 
 // Registers -m, -n, -t, -c, -b, sampling, --no-pager, --arena, --read-threads, --stats,
