@@ -12,7 +12,8 @@ build_dir=${1:-build}
 shift || true
 
 # Command -> Debian package, and packages found by dpkg.
-declare -A cmd_pkg=([cmake]=cmake [g++]=g++ [make]=make [git]=git [npm]=npm)
+# gnuplot draws `epq bench --plot`.
+declare -A cmd_pkg=([cmake]=cmake [g++]=g++ [make]=make [git]=git [npm]=npm [gnuplot]=gnuplot-nox)
 lib_pkgs=(libgtest-dev libcli11-dev nlohmann-json3-dev)
 
 missing=()

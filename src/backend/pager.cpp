@@ -320,6 +320,69 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
     }
 }
 
+uint64_t Pager::preload() {
+    uint64_t resident = 0;
+    std::vector<std::pair<const LayerLayout *, Use>> batch;
+    auto finish = [&]() {
+        for (auto & [layer, u] : batch) {
+            try {
+                u.ticket->wait();
+            } catch (...) {
+                for (auto & [l2, u2] : batch) {
+                    if (!arena_.is_ready(u2.ref)) {
+                        try {
+                            u2.ticket->wait();
+                        } catch (...) {
+                        }
+                        arena_.failed(u2.ref);
+                    }
+                    arena_.unpin(u2.ref);
+                }
+                throw;
+            }
+            loaded(*layer, u.ref);
+        }
+        for (auto & [layer, u] : batch) {
+            arena_.unpin(u.ref);
+        }
+        batch.clear();
+    };
+    for (const auto & layer : layout_.layers) {
+        for (uint32_t e = 0; e < n_expert_; ++e) {
+            const uint64_t evictions = arena_.counters().evictions;
+            auto a = arena_.acquire({static_cast<uint32_t>(layer.layer), e}, layer.size_class);
+            if (!a) {
+                finish();
+                return resident;
+            }
+            if (arena_.counters().evictions != evictions || (a->ref.pool != layer.size_class && !a->hit)) {
+                // Full: this read would push out an expert preloaded earlier (or borrow a slot
+                // another class needs). Give the slot back unused.
+                arena_.failed(a->ref);
+                arena_.unpin(a->ref);
+                finish();
+                return resident;
+            }
+            ++resident;
+            if (a->hit) {
+                arena_.unpin(a->ref);
+                continue;
+            }
+            Use u;
+            u.expert = static_cast<int32_t>(e);
+            u.ref = a->ref;
+            u.ticket = load(layer, u.expert, u.ref);
+            ++stats_.preloaded;
+            batch.emplace_back(&layer, std::move(u));
+            if (batch.size() >= 64) {
+                finish();
+            }
+        }
+    }
+    finish();
+    return resident;
+}
+
 void Pager::flush_trace() {
     if (trace_) {
         trace_->flush();
@@ -510,7 +573,7 @@ PagerStats Pager::stats() const {
     s.misses = c.misses;
     // Speculative reads are not misses of a lookup: an expert read early and then used was
     // resident when its layer asked for it.
-    const uint64_t demand_misses = c.misses - std::min(c.misses, s.speculative_reads);
+    const uint64_t demand_misses = c.misses - std::min(c.misses, s.speculative_reads + s.preloaded);
     s.demand_misses = demand_misses;
     s.hits = s.expert_lookups > demand_misses ? s.expert_lookups - demand_misses : 0;
     s.evictions = c.evictions;

@@ -30,7 +30,7 @@ struct PagerOptions {
     // Next-layer prediction: read the experts the next layer's router would pick for the
     // current hidden state while this layer computes (decode only).
     PrefetchMode prefetch = PrefetchMode::automatic;
-    EvictionPolicy policy = EvictionPolicy::lru;
+    EvictionPolicy policy = EvictionPolicy::lfu;
     std::string trace_path;  // record every (token, layer, experts) here when set
 };
 
@@ -42,6 +42,7 @@ struct PagerStats {
     uint64_t demand_misses = 0;      // of which a layer asked for and did not find: misses - speculative
     uint64_t speculative_reads = 0;  // experts read early on a guess (prefetch)
     uint64_t speculative_bytes = 0;
+    uint64_t preloaded = 0;  // experts read by preload()
     uint64_t evictions = 0;
     uint64_t borrowed = 0;
     uint64_t bytes_read = 0;
@@ -85,6 +86,9 @@ public:
     ExpertForward expert_forward(int layer, int32_t expert, const std::vector<float> & x, float weight);
 
     void set_n_threads(int n);
+    // Reads experts in file order until the arena is full (or holds them all), many reads in
+    // flight. Returns the number of experts now resident.
+    uint64_t preload();
     // Writes out the routing trace; throws epq::Error when the write fails.
     void flush_trace();
     PagerStats stats() const;

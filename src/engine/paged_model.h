@@ -21,7 +21,7 @@ struct PagedModelOptions {
     uint32_t n_ctx = 4096;
     uint32_t n_batch = 512;
     PrefetchMode prefetch = PrefetchMode::automatic;
-    EvictionPolicy policy = EvictionPolicy::lru;
+    EvictionPolicy policy = EvictionPolicy::lfu;
     std::string trace_path;
 };
 

@@ -160,6 +160,8 @@ nlohmann::json RunReport::json() const {
             j["decode_bytes_read"] = p.bytes_read - a.bytes_read;
             j["decode_bytes_read_per_token"] = ratio(double(p.bytes_read - a.bytes_read), gen.n_generated);
             j["decode_missed_expert_bytes"] = p.missed_expert_bytes - a.missed_expert_bytes;
+            j["decode_read_wait_seconds"] =
+                (p.wait_seconds - a.wait_seconds) + (p.prefetch_wait_seconds - a.prefetch_wait_seconds);
             j["decode_hit_rate"] = ratio(double(lookups - std::min(lookups, misses)), double(lookups));
         }
     }

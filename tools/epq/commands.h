@@ -15,6 +15,7 @@ Handler add_run(CLI::App & app);
 Handler add_demo(CLI::App & app);
 Handler add_chat(CLI::App & app);
 Handler add_verify(CLI::App & app);
+Handler add_bench(CLI::App & app);
 Handler add_simulate(CLI::App & app);
 
 }  // namespace epq::cli

@@ -49,6 +49,7 @@ int main(int argc, char ** argv) {
     add(epq::cli::add_inspect);
     add(epq::cli::add_verify);
     add(epq::cli::add_simulate);
+    add(epq::cli::add_bench);
 
     // Called as epq-chat: the chat subcommand.
     std::vector<std::string> args(argv + 1, argv + argc);

@@ -34,7 +34,12 @@ void add_model_flags(CLI::App & sub, RunOptions & o, bool model_required) {
                    "next-layer prediction: read the experts the next layer's router picks for the current hidden "
                    "state early (decode): auto (switches itself off when most speculative reads are wasted), on, off")
         ->capture_default_str();
-    sub.add_option("--policy", o.policy, "arena eviction: lru, or lfu (frequency with aging)")->capture_default_str();
+    sub.add_option(
+           "--policy", o.policy,
+           "arena eviction: lfu (use counts with aging; the default: closest to optimal on recorded traces) or lru")
+        ->capture_default_str();
+    sub.add_flag("--preload", o.preload,
+                 "fill the arena with experts (file order) before the prompt: for an arena that holds the model");
     sub.add_option("--trace", o.trace, "record every (token, layer, selected experts) to this file for epq simulate");
     sub.add_flag("--stats", o.stats_per_token, "print statistics after every token");
     sub.add_option("--stats-json", o.stats_json, "write the run's statistics as JSON to this file");
@@ -97,6 +102,19 @@ LoadedModel load_model(const RunOptions & o) {
     m.session = std::make_unique<LlamaSession>(o.model, so);
     if (m.paged) {
         m.paged->loaded();
+        if (o.preload) {
+            const auto t0 = std::chrono::steady_clock::now();
+            const uint64_t before = m.paged->pager().stats().bytes_read;
+            const uint64_t n = m.paged->pager().preload();
+            const PagerStats after = m.paged->pager().stats();
+            std::fprintf(stderr, "epq: preloaded %llu of %llu experts (%s read) in %.2f s\n",
+                         static_cast<unsigned long long>(n),
+                         static_cast<unsigned long long>(m.paged->index().n_expert * m.paged->index().layers.size()),
+                         format_bytes(after.bytes_read - before).c_str(),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+    } else if (o.preload) {
+        throw Error("--preload fills the pager's arena: drop --no-pager");
     }
     m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
     return m;

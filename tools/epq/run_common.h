@@ -31,8 +31,9 @@ struct RunOptions {
     std::string stats_json;
     std::string logits_out;  // every step's logits, raw float32, for exactness checks
     std::string prefetch = "auto";
-    std::string policy = "lru";
+    std::string policy = "lfu";
     std::string trace;
+    bool preload = false;
     std::string replay;       // drive decode with this text's tokens instead of sampling
     int replay_prompt = 128;  // of which the first this many are the prompt
 };

@@ -1,0 +1,374 @@
+#include "bench/bench.h"
+
+#include "bench/read_floor.h"
+#include "engine/memory_budget.h"
+#include "gguf/expert_index.h"
+#include "gguf/gguf_file.h"
+#include "util/byte_size.h"
+#include "util/error.h"
+#include "verify/self_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+namespace epq {
+
+namespace {
+
+std::string source_file(const std::string & rel) {
+    return std::string(EPQ_SOURCE_DIR) + "/" + rel;
+}
+
+bool drop_page_cache() {
+    sync();
+    std::ofstream f("/proc/sys/vm/drop_caches");
+    f << "3\n";
+    f.flush();
+    return static_cast<bool>(f);
+}
+
+// Reads the whole file once so stock llama.cpp's mmap finds it in the page cache.
+void warm_page_cache(const std::string & path) {
+    std::ifstream in(path, std::ios::binary);
+    std::vector<char> buf(8 << 20);
+    while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+    }
+}
+
+double num(const nlohmann::json & j, const char * key) {
+    return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+}
+
+std::string fmt(const char * f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+struct Child {
+    const BenchOptions & o;
+    std::string replay;
+    int threads;
+    bool dropped_ok = true;
+
+    RunFigures run(const std::string & cap, bool paged, const std::vector<std::string> & extra,
+                   const std::string & tag) {
+        const std::string json = scratch_dir() + "/" + tag + ".json";
+        const int n = paged ? o.n_decode : o.n_decode_stock;
+        std::vector<std::string> args = {"run",
+                                         "-m",
+                                         o.model,
+                                         "--replay",
+                                         replay,
+                                         "--replay-prompt",
+                                         std::to_string(o.replay_prompt),
+                                         "-n",
+                                         std::to_string(n),
+                                         "-t",
+                                         std::to_string(threads),
+                                         "-c",
+                                         std::to_string(o.n_ctx),
+                                         "-b",
+                                         std::to_string(o.n_batch),
+                                         "--stats-json",
+                                         json};
+        if (paged) {
+            args.insert(args.end(), {"--arena", o.arena, "--prefetch", o.prefetch, "--policy", o.policy,
+                                     "--read-threads", std::to_string(o.read_threads)});
+        } else {
+            args.push_back("--no-pager");
+        }
+        args.insert(args.end(), extra.begin(), extra.end());
+        if (cap != "none" && o.drop_caches) {
+            dropped_ok = drop_page_cache() && dropped_ok;
+        }
+        std::fprintf(stderr, "epq bench: %s run, cap %s ...\n", paged ? "epq" : "stock", cap.c_str());
+        SelfRun r;
+        if (cap == "none") {
+            r = run_self(o.self_exe, args);
+        } else {
+            args.insert(args.begin(), {cap, "--", o.self_exe});
+            r = run_self(source_file("scripts/memcap.sh"), args);
+        }
+        RunFigures f;
+        std::istringstream err(r.err);
+        for (std::string line; std::getline(err, line);) {
+            if (line.rfind("memcap:", 0) == 0) {
+                f.memcap_line = line;
+            }
+        }
+        if (r.exit_code != 0) {
+            const size_t at = r.err.rfind("epq: error:");
+            f.error = r.exit_code == 137        ? "OOM-killed under the cap"
+                      : at != std::string::npos ? r.err.substr(at, r.err.find('\n', at) - at)
+                                                : "exit status " + std::to_string(r.exit_code);
+            std::fprintf(stderr, "epq bench:   failed: %s\n", f.error.c_str());
+            return f;
+        }
+        f.stats = nlohmann::json::parse(read_whole_file(json));
+        const auto & s = f.stats;
+        f.ok = true;
+        f.decode_tps = num(s, "decode_tokens_per_second");
+        f.prefill_tps = num(s, "prefill_tokens_per_second");
+        f.decode_seconds = num(s, "decode_seconds");
+        f.n_decode = static_cast<int>(num(s, "generated_tokens"));
+        f.n_prompt = static_cast<int>(num(s, "prompt_tokens"));
+        f.decode_wait_seconds = num(s, "decode_read_wait_seconds");
+        f.decode_missed_bytes = num(s, "decode_missed_expert_bytes");
+        f.decode_read_bytes = num(s, "decode_bytes_read");
+        f.decode_hit_rate = num(s, "decode_hit_rate");
+        f.arena_bytes = static_cast<uint64_t>(num(s, "arena_bytes"));
+        f.storage_read_bytes = static_cast<uint64_t>(num(s, "storage_read_bytes"));
+        std::fprintf(stderr, "epq bench:   decode %.2f tok/s, prefill %.2f tok/s\n", f.decode_tps, f.prefill_tps);
+        return f;
+    }
+};
+
+struct CapResult {
+    std::string cap;
+    std::vector<RunFigures> epq, stock;
+    double epq_decode = 0, stock_decode = 0, epq_prefill = 0, stock_prefill = 0;
+    double compute_s = 0;  // per token
+    std::string compute_source;
+    double missed_per_token = 0, read_per_token = 0, hit_rate = 0;
+    double roofline = 0;
+    uint64_t arena = 0;
+};
+
+}  // namespace
+
+double median_of(const std::vector<RunFigures> & runs, double RunFigures::*f) {
+    std::vector<double> v;
+    for (const auto & r : runs) {
+        if (r.ok) {
+            v.push_back(r.*f);
+        }
+    }
+    if (v.empty()) {
+        return 0.0;
+    }
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+std::string default_replay_text() {
+    return source_file("data/text/tale-of-two-cities-ch1.txt");
+}
+
+int run_bench(const BenchOptions & o) {
+    if (o.runs < 1 || o.n_decode < 2 || o.n_decode_stock < 2 || o.replay_prompt < 1) {
+        throw Error("--runs must be >= 1, -n and --stock-tokens >= 2, --replay-prompt >= 1");
+    }
+    const GgufFile file = GgufFile::open(o.model);
+    const ExpertIndex idx = ExpertIndex::build(file);
+    Child child{o, o.replay.empty() ? default_replay_text() : o.replay,
+                o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+    if (access(child.replay.c_str(), R_OK) != 0) {
+        throw Error("cannot read the replay text " + child.replay);
+    }
+    for (const auto & cap : o.memcaps) {
+        if (cap != "none" && !parse_byte_size(cap)) {
+            throw Error("--memcap: '" + cap + "' is not a size (like 8G) or 'none'");
+        }
+    }
+    std::fprintf(stderr,
+                 "epq bench: %s: %s, %s (experts %s, dense %s), %d threads; decode replays %s after a %d-token "
+                 "prompt\n",
+                 o.model.c_str(), idx.arch.c_str(), format_bytes(idx.file_size).c_str(),
+                 format_bytes(idx.expert_bytes).c_str(), format_bytes(idx.dense_bytes).c_str(), child.threads,
+                 child.replay.c_str(), o.replay_prompt);
+
+    // Floor 1: the disk.
+    const ReadFloor rf = measure_expert_reads(o.model, idx, o.read_threads, o.read_floor_seconds);
+    const double bw = rf.bytes_per_second();
+    std::fprintf(stderr, "epq bench: direct reads of whole experts: %s/s (%llu experts, %s, %d in flight)\n",
+                 format_bytes(static_cast<uint64_t>(bw)).c_str(), static_cast<unsigned long long>(rf.reads),
+                 rf.direct ? "O_DIRECT" : "buffered: O_DIRECT unsupported, the page cache may flatter this",
+                 o.read_threads * 2);
+
+    // Floor 2: the CPU, every expert resident (only where this machine's RAM can hold them).
+    double compute_floor = 0.0;
+    std::string compute_floor_source;
+    const MemoryAvailable mem = available_memory();
+    if (mem.bytes > idx.expert_bytes + idx.dense_bytes + (2ull << 30)) {
+        RunFigures f = child.run("none", true, {"--preload"}, "floor");
+        if (f.ok && f.decode_missed_bytes == 0 && f.n_decode > 0) {
+            compute_floor = f.decode_seconds / f.n_decode;
+            compute_floor_source = "measured: epq with every expert preloaded, uncapped";
+        }
+    }
+
+    std::vector<CapResult> caps;
+    for (const auto & cap : o.memcaps) {
+        CapResult c;
+        c.cap = cap;
+        const bool warm = cap == "none";
+        for (int r = 0; r < o.runs; ++r) {
+            // Interleaved, so drift of the machine hits both alike. Uncapped, both run warm:
+            // stock from a page cache that holds the file, epq from a preloaded arena.
+            c.epq.push_back(child.run(cap, true,
+                                      warm ? std::vector<std::string>{"--preload"} : std::vector<std::string>{},
+                                      "epq-" + cap + "-" + std::to_string(r)));
+            if (o.stock) {
+                if (warm) {
+                    warm_page_cache(o.model);
+                }
+                c.stock.push_back(child.run(cap, false, {}, "stock-" + cap + "-" + std::to_string(r)));
+            }
+        }
+        c.epq_decode = median_of(c.epq, &RunFigures::decode_tps);
+        c.epq_prefill = median_of(c.epq, &RunFigures::prefill_tps);
+        c.stock_decode = median_of(c.stock, &RunFigures::decode_tps);
+        c.stock_prefill = median_of(c.stock, &RunFigures::prefill_tps);
+        std::vector<RunFigures> per_token = c.epq;
+        for (auto & f : per_token) {
+            const double n = std::max(1, f.n_decode);
+            f.decode_missed_bytes /= n;
+            f.decode_read_bytes /= n;
+            f.decode_seconds = (f.decode_seconds - f.decode_wait_seconds) / n;  // CPU-busy time per token
+        }
+        c.missed_per_token = median_of(per_token, &RunFigures::decode_missed_bytes);
+        c.read_per_token = median_of(per_token, &RunFigures::decode_read_bytes);
+        c.hit_rate = median_of(c.epq, &RunFigures::decode_hit_rate);
+        for (const auto & f : c.epq) {
+            c.arena = f.ok ? f.arena_bytes : c.arena;
+        }
+        if (compute_floor > 0) {
+            c.compute_s = compute_floor;
+            c.compute_source = compute_floor_source;
+        } else {
+            c.compute_s = median_of(per_token, &RunFigures::decode_seconds);
+            c.compute_source = "estimated: decode time not spent waiting on reads, this cap's epq runs";
+        }
+        const double io_s = bw > 0 ? c.missed_per_token / bw : 0.0;
+        c.roofline = std::max(c.compute_s, io_s) > 0 ? 1.0 / std::max(c.compute_s, io_s) : 0.0;
+        caps.push_back(std::move(c));
+    }
+
+    // The table.
+    std::string out = "\nepq bench: " + o.model + " (" + idx.arch + "), " + std::to_string(child.threads) +
+                      " threads, medians of " + std::to_string(o.runs) + " interleaved runs\n";
+    out += "floors: direct expert reads " + format_bytes(static_cast<uint64_t>(bw)) + "/s; compute " +
+           (compute_floor > 0 ? fmt("%.1f ms/token", compute_floor * 1000) + " (" + compute_floor_source + ")"
+                              : std::string("per cap (estimated from decode time not spent waiting on reads)")) +
+           "\n";
+    char line[512];
+    std::snprintf(line, sizeof line, "%-6s %10s %11s %11s %8s %11s %11s %8s %12s %12s %10s %9s\n", "cap", "arena",
+                  "epq tok/s", "stock tok/s", "ratio", "epq prefill", "stk prefill", "hit", "missed/tok", "read/tok",
+                  "roofline", "of roof");
+    out += line;
+    for (const auto & c : caps) {
+        std::snprintf(line, sizeof line,
+                      "%-6s %10s %11.2f %11.2f %7.1fx %11.2f %11.2f %7.1f%% %12s %12s %10.2f %8.0f%%\n", c.cap.c_str(),
+                      format_bytes(c.arena).c_str(), c.epq_decode, c.stock_decode,
+                      c.stock_decode > 0 ? c.epq_decode / c.stock_decode : 0.0, c.epq_prefill, c.stock_prefill,
+                      100.0 * c.hit_rate, format_bytes(static_cast<uint64_t>(c.missed_per_token)).c_str(),
+                      format_bytes(static_cast<uint64_t>(c.read_per_token)).c_str(), c.roofline,
+                      c.roofline > 0 ? 100.0 * c.epq_decode / c.roofline : 0.0);
+        out += line;
+    }
+    out +=
+        "roofline tok/s = 1 / max(compute s/token, missed bytes/token / read bandwidth); read/tok counts every "
+        "byte read in decode (speculative included), missed/tok the expert bytes of those reads\n";
+    if (!child.dropped_ok) {
+        out += "note: the page cache could not be dropped before capped runs (needs root): stock may look faster\n";
+    }
+    for (const auto & c : caps) {
+        for (const auto * runs : {&c.epq, &c.stock}) {
+            for (const auto & f : *runs) {
+                if (!f.ok) {
+                    out += "note: a " + std::string(runs == &c.epq ? "epq" : "stock") + " run under cap " + c.cap +
+                           " failed: " + f.error + "\n";
+                }
+            }
+        }
+    }
+    std::fputs(out.c_str(), stdout);
+
+    if (!o.json_path.empty()) {
+        nlohmann::json j;
+        j["model"] = o.model;
+        j["arch"] = idx.arch;
+        j["threads"] = child.threads;
+        j["runs"] = o.runs;
+        j["replay"] = child.replay;
+        j["read_floor"] = {{"bytes_per_second", bw},
+                           {"experts", rf.reads},
+                           {"bytes", rf.bytes},
+                           {"seconds", rf.seconds},
+                           {"direct", rf.direct}};
+        j["compute_floor_seconds_per_token"] = compute_floor;
+        j["caps"] = nlohmann::json::array();
+        for (const auto & c : caps) {
+            nlohmann::json jc = {{"memcap", c.cap},
+                                 {"arena_bytes", c.arena},
+                                 {"epq_decode_tps", c.epq_decode},
+                                 {"stock_decode_tps", c.stock_decode},
+                                 {"ratio", c.stock_decode > 0 ? c.epq_decode / c.stock_decode : 0.0},
+                                 {"epq_prefill_tps", c.epq_prefill},
+                                 {"stock_prefill_tps", c.stock_prefill},
+                                 {"decode_hit_rate", c.hit_rate},
+                                 {"missed_expert_bytes_per_token", c.missed_per_token},
+                                 {"read_bytes_per_token", c.read_per_token},
+                                 {"compute_seconds_per_token", c.compute_s},
+                                 {"compute_source", c.compute_source},
+                                 {"roofline_tps", c.roofline},
+                                 {"fraction_of_roofline", c.roofline > 0 ? c.epq_decode / c.roofline : 0.0}};
+            for (const auto * runs : {&c.epq, &c.stock}) {
+                nlohmann::json arr = nlohmann::json::array();
+                for (const auto & f : *runs) {
+                    arr.push_back(f.ok ? f.stats : nlohmann::json{{"error", f.error}});
+                    if (!f.memcap_line.empty()) {
+                        arr.back()["memcap"] = f.memcap_line;
+                    }
+                }
+                jc[runs == &c.epq ? "epq_runs" : "stock_runs"] = arr;
+            }
+            j["caps"].push_back(jc);
+        }
+        std::ofstream f(o.json_path);
+        f << j.dump(2) << "\n";
+        if (!f) {
+            throw Error("cannot write " + o.json_path);
+        }
+        std::fprintf(stderr, "epq bench: wrote %s\n", o.json_path.c_str());
+    }
+
+    if (!o.plot_path.empty()) {
+        const std::string data = o.plot_path + ".dat", script = o.plot_path + ".gp";
+        {
+            std::ofstream d(data);
+            d << "# cap(arena) epq_decode_tps stock_decode_tps roofline_tps\n";
+            for (const auto & c : caps) {
+                d << '"' << c.cap << "\\n(arena " << format_bytes(c.arena) << ")\" " << c.epq_decode << ' '
+                  << c.stock_decode << ' ' << c.roofline << "\n";
+            }
+            std::ofstream g(script);
+            g << "set terminal png size 900,560\nset output '" << o.plot_path << "'\n"
+              << "set title 'decode tokens/s against memory cap: " << idx.arch << ", " << child.threads
+              << " threads'\nset ylabel 'tokens/s (log scale)'\nset logscale y\nset grid\n"
+              << "set xlabel 'memory cap (epq arena within it)'\nset key top left\nset offsets 0.3, 0.3, 0, 0\n"
+              << "plot '" << data << "' using 0:2:xtic(1) with linespoints lw 2 title 'epq', "
+              << "'' using 0:3 with linespoints lw 2 title 'stock llama.cpp (mmap, no repack)', "
+              << "'' using 0:4 with lines dt 2 title 'epq roofline'\n";
+        }
+        const SelfRun g = run_self("/bin/sh", {"-c", "command -v gnuplot >/dev/null && gnuplot '" + script + "'"});
+        if (g.exit_code != 0) {
+            std::fprintf(stderr,
+                         "epq bench: could not draw %s (%s); the data is in %s, the script in %s. Install gnuplot "
+                         "(apt-get install gnuplot-nox) and run: gnuplot %s\n",
+                         o.plot_path.c_str(), g.err.empty() ? "gnuplot not found" : g.err.c_str(), data.c_str(),
+                         script.c_str(), script.c_str());
+            return 1;
+        }
+        std::fprintf(stderr, "epq bench: wrote %s\n", o.plot_path.c_str());
+    }
+    return 0;
+}
+
+}  // namespace epq

@@ -1,0 +1,63 @@
+// epq bench: epq against stock llama.cpp on the same file, side by side, beside the floors the
+// hardware sets. Every measured run is a child process of this binary (`epq run`, paged or
+// --no-pager), so each starts with a clean process and, when capped, its own memory cgroup.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace epq {
+
+struct BenchOptions {
+    std::string model;
+    std::string self_exe;
+    std::vector<std::string> memcaps = {"none"};  // sizes for scripts/memcap.sh, or "none"
+    std::string arena = "auto";
+    int threads = 0;
+    int runs = 3;
+    int n_decode = 64;        // epq tokens replayed per run
+    int n_decode_stock = 16;  // stock's (it can be 30x slower under a cap)
+    int replay_prompt = 64;
+    uint32_t n_ctx = 512;
+    uint32_t n_batch = 512;
+    std::string replay;  // text file; default: the shipped sample
+    std::string prefetch = "auto";
+    std::string policy = "lfu";
+    int read_threads = 4;
+    bool stock = true;
+    bool drop_caches = true;  // before each capped run, when allowed (root)
+    double read_floor_seconds = 4.0;
+    std::string json_path;
+    std::string plot_path;
+};
+
+// One child run's figures, from its --stats-json.
+struct RunFigures {
+    bool ok = false;
+    std::string error;
+    double decode_tps = 0, prefill_tps = 0;
+    double decode_seconds = 0;
+    int n_decode = 0, n_prompt = 0;
+    double decode_wait_seconds = 0;  // epq: decode time blocked on reads
+    double decode_missed_bytes = 0;  // epq: expert bytes the decode misses needed
+    double decode_read_bytes = 0;    // epq: bytes read from the file during decode
+    double decode_hit_rate = 0;
+    uint64_t arena_bytes = 0;
+    uint64_t storage_read_bytes = 0;  // the whole process, from /proc/self/io
+    std::string memcap_line;
+    nlohmann::json stats;
+};
+
+// Median of the successful runs' values of `f`.
+double median_of(const std::vector<RunFigures> & runs, double RunFigures::*f);
+
+// The default replay text, shipped with the source.
+std::string default_replay_text();
+
+// Runs the whole benchmark, prints the table, writes JSON and the plot. Returns the exit code.
+int run_bench(const BenchOptions & o);
+
+}  // namespace epq

@@ -1,0 +1,65 @@
+#include "commands.h"
+
+#include "bench/bench.h"
+#include "util/error.h"
+
+#include <climits>
+#include <sstream>
+#include <unistd.h>
+
+namespace epq::cli {
+
+Handler add_bench(CLI::App & app) {
+    auto * sub = app.add_subcommand(
+        "bench", "epq against stock llama.cpp (--no-pager) on the same file and cap, beside the disk and CPU floors");
+    auto o = std::make_shared<BenchOptions>();
+    auto caps = std::make_shared<std::string>("none");
+    sub->add_option("-m,--model", o->model, "GGUF model file")->required();
+    sub->add_option("--memcap", *caps,
+                    "memory caps to run both under, comma-separated (8G or 4G,8G,12G), or 'none' (uncapped: stock "
+                    "from a warm page cache, epq from a preloaded arena); needs a memory cgroup (root)")
+        ->capture_default_str();
+    sub->add_option("--arena", o->arena, "epq's arena: a size or 'auto' (what the cap leaves)")->capture_default_str();
+    sub->add_option("-t,--threads", o->threads, "threads for both (default: all cores)");
+    sub->add_option("--runs", o->runs, "interleaved runs of each per cap (medians are reported)")
+        ->capture_default_str();
+    sub->add_option("-n,--n-predict", o->n_decode, "decode tokens replayed per epq run")->capture_default_str();
+    sub->add_option("--stock-tokens", o->n_decode_stock, "decode tokens per stock run (it can be very slow)")
+        ->capture_default_str();
+    sub->add_option("--replay", o->replay, "text whose tokens drive the runs (default: the shipped sample)");
+    sub->add_option("--replay-prompt", o->replay_prompt, "prompt tokens (prefill is measured on them)")
+        ->capture_default_str();
+    sub->add_option("-c,--ctx-size", o->n_ctx, "context size")->capture_default_str();
+    sub->add_option("-b,--batch-size", o->n_batch, "prompt batch size")->capture_default_str();
+    sub->add_option("--prefetch", o->prefetch, "epq's --prefetch")->capture_default_str();
+    sub->add_option("--policy", o->policy, "epq's --policy")->capture_default_str();
+    sub->add_option("--read-threads", o->read_threads, "epq's expert reads in flight; also the read floor's")
+        ->capture_default_str();
+    sub->add_option("--read-seconds", o->read_floor_seconds, "how long to measure the read floor")
+        ->capture_default_str();
+    sub->add_flag("!--no-stock", o->stock, "skip the stock runs");
+    sub->add_flag("!--keep-cache", o->drop_caches, "do not drop the page cache before capped runs");
+    sub->add_option("--json", o->json_path, "write every figure and run as JSON");
+    sub->add_option("--plot", o->plot_path, "draw decode tok/s against the caps to this PNG (gnuplot)");
+    return [o, caps]() {
+        std::stringstream ss(*caps);
+        o->memcaps.clear();
+        for (std::string c; std::getline(ss, c, ',');) {
+            if (!c.empty()) {
+                o->memcaps.push_back(c);
+            }
+        }
+        if (o->memcaps.empty()) {
+            throw Error("--memcap needs at least one size or 'none'");
+        }
+        char buf[PATH_MAX];
+        const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+        if (n <= 0) {
+            throw Error("cannot find the epq binary (/proc/self/exe)");
+        }
+        o->self_exe.assign(buf, static_cast<size_t>(n));
+        return run_bench(*o);
+    };
+}
+
+}  // namespace epq::cli
