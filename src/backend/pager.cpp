@@ -7,8 +7,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace epq {
 
@@ -21,6 +25,8 @@ ArenaPlan make_plan(const SlotLayout & layout, const ExpertIndex & index, uint64
     }
     return plan_arena(budget, demand, index.n_expert_used);
 }
+
+constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14), absent from older headers
 
 double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -83,9 +89,28 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
         }
         trace_ = std::make_unique<TraceWriter>(opts.trace_path, h);
     }
+    // Last, so nothing after it can throw. Fault the arena's pages in ahead of use, at low priority. A page touched for
+    // the first time inside a read costs an allocation (and on a busy machine, reclaim) on the path of a token;
+    // measured on a 10 GiB arena, first touches slowed decode by a third. Populating never changes a byte that a read
+    // has already placed, so it can run beside the reads.
+    populate_ = std::thread([this]() {
+        setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+        constexpr size_t kChunk = 4u << 20;  // short holds of the mm lock: mmap() elsewhere waits on it
+        for (size_t p = 0; p < pool_mem_.size(); ++p) {
+            for (size_t at = 0; at < pool_bytes_[p] && !stop_populate_.load(); at += kChunk) {
+                if (madvise(pool_mem_[p] + at, std::min(kChunk, pool_bytes_[p] - at), kMadvPopulateWrite) != 0) {
+                    return;  // not supported by this kernel (before 5.14): pages fault in on first use
+                }
+            }
+        }
+    });
 }
 
 Pager::~Pager() {
+    stop_populate_ = true;
+    if (populate_.joinable()) {
+        populate_.join();
+    }
     drain_prefetch();
     if (cpu_) {
         ggml_backend_free(cpu_);

@@ -16,7 +16,9 @@
 #include "ggml-backend.h"
 #include "ggml.h"
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -152,6 +154,8 @@ private:
     std::vector<int32_t> idg_, expg_;
     std::vector<std::vector<float>> staged_;  // per chain node read outside the chain: its rows
     std::vector<uint8_t> ctx_mem_;
+    std::thread populate_;
+    std::atomic<bool> stop_populate_{false};
     std::unique_ptr<TraceWriter> trace_;
     uint64_t trace_step_ = 0, trace_token_ = 0, trace_step_tokens_ = 0;
     std::unique_ptr<RouterPredictor> predictor_;

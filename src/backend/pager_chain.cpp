@@ -19,6 +19,10 @@ const ggml_tensor * weight_base(const ggml_tensor * t) {
     return t->view_src ? t->view_src : t;
 }
 
+struct Entry {
+    int64_t k, t;  // slot position and token of one row
+};
+
 int32_t id_at(const ggml_tensor * ids, int64_t k, int64_t t) {
     return *reinterpret_cast<const int32_t *>(static_cast<const char *>(ids->data) + t * ids->nb[1] + k * ids->nb[0]);
 }
@@ -126,41 +130,70 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
     const ggml_tensor * ids = chain.front()->src[2];
     const int64_t n_ids = ids->ne[0], n_tok = ids->ne[1];
     const uint32_t pool = group.front()->ref.pool;
+    const uint64_t slot_bytes = plan_.pools[pool].slot_bytes;
 
-    std::vector<int32_t> slot_of(n_expert_, -1);
-    for (const Use * u : group) {
-        slot_of[static_cast<size_t>(u->expert)] = static_cast<int32_t>(u->ref.slot);
-    }
-    // The (slot position k, token t) rows that use these experts, gathered into one batch.
-    // Each output element is still computed from the same row values by the same kernel.
-    struct Entry {
-        int64_t k, t;
+    // Experts in slot order, cut into windows of nearby slots. Each window is one MUL_MAT_ID
+    // per matrix over a view of just its slots: ggml's kernel does work per expert of its
+    // weight tensor (counters, row maps), so a view of the whole pool - thousands of slots in
+    // a large arena - would cost more than the matmul itself in decode.
+    std::vector<const Use *> sorted(group);
+    std::sort(sorted.begin(), sorted.end(), [](const Use * a, const Use * b) { return a->ref.slot < b->ref.slot; });
+    constexpr uint32_t kWindowSlots = 16;
+    struct Window {
+        uint32_t first_slot = 0, n_slots = 0;
+        std::vector<Entry> entries;  // (k, t) rows of its experts
+        std::vector<int32_t> slots, experts;
+        std::vector<ggml_tensor *> outs;
     };
-    std::vector<Entry> entries;
-    idg_.clear();
-    expg_.clear();
+    std::vector<Window> windows;
+    std::vector<int32_t> window_of(n_expert_, -1), slot_of(n_expert_, -1);
+    for (const Use * u : sorted) {
+        if (windows.empty() || u->ref.slot - windows.back().first_slot >= kWindowSlots) {
+            windows.push_back({});
+            windows.back().first_slot = u->ref.slot;
+        }
+        Window & w = windows.back();
+        w.n_slots = u->ref.slot - w.first_slot + 1;
+        window_of[static_cast<size_t>(u->expert)] = static_cast<int32_t>(windows.size() - 1);
+        slot_of[static_cast<size_t>(u->expert)] = static_cast<int32_t>(u->ref.slot - w.first_slot);
+    }
+    size_t n_rows = 0;
     for (int64_t t = 0; t < n_tok; ++t) {
         for (int64_t k = 0; k < n_ids; ++k) {
             const int32_t e = id_at(ids, k, t);
-            if (slot_of[static_cast<size_t>(e)] >= 0) {
-                entries.push_back({k, t});
-                idg_.push_back(slot_of[static_cast<size_t>(e)]);
-                expg_.push_back(e);
+            if (window_of[static_cast<size_t>(e)] >= 0) {
+                Window & w = windows[static_cast<size_t>(window_of[static_cast<size_t>(e)])];
+                w.entries.push_back({k, t});
+                w.slots.push_back(slot_of[static_cast<size_t>(e)]);
+                w.experts.push_back(e);
+                ++n_rows;
             }
         }
     }
-    const int64_t n = static_cast<int64_t>(entries.size());
-    if (n == 0) {
+    if (n_rows == 0) {
         return;
     }
-    idg_[0] = fault_slot(idg_[0], pool);
+    for (Window & w : windows) {
+        if (!w.slots.empty()) {
+            // The test-only wrong-slot fault may name a slot outside the window: widen it.
+            const uint32_t s = static_cast<uint32_t>(fault_slot(static_cast<int32_t>(w.first_slot) + w.slots[0], pool));
+            const uint32_t first = std::min(w.first_slot, s), end = std::max(w.first_slot + w.n_slots, s + 1);
+            for (int32_t & local : w.slots) {
+                local += static_cast<int32_t>(w.first_slot - first);
+            }
+            w.first_slot = first;
+            w.n_slots = end - first;
+            w.slots[0] = static_cast<int32_t>(s - first);
+            break;
+        }
+    }
 
-    const size_t n_nodes = chain.size() * 3 + 8;
+    const size_t n_nodes = windows.size() * (chain.size() * 3 + 6) + 8;
     const size_t mem = n_nodes * ggml_tensor_overhead() + ggml_graph_overhead_custom(n_nodes, false) + 1024;
     ctx_mem_.resize(mem);
     ggml_init_params ip{mem, ctx_mem_.data(), true};
     ggml_context * ctx = ggml_init(ip);
-    std::unordered_map<const ggml_tensor *, ggml_tensor *> local;
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, n_nodes, false);
     size_t n_bufs = 0;
     auto buffer = [&](int64_t n_floats) {
         if (rows_.size() <= n_bufs) {
@@ -169,93 +202,97 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
         rows_[n_bufs].resize(static_cast<size_t>(n_floats));
         return rows_[n_bufs++].data();
     };
-    // A matmul input that comes from outside the chain (the layer's hidden state, broadcast
-    // over the slots when it has one row per token).
-    auto gathered = [&](const ggml_tensor * src) {
-        auto it = local.find(src);
-        if (it != local.end()) {
-            return it->second;
-        }
-        const int64_t ne0 = src->ne[0];
-        float * dst = buffer(n * ne0);
-        for (int64_t j = 0; j < n; ++j) {
-            const char * row = static_cast<const char *>(src->data) + (entries[j].k % src->ne[1]) * src->nb[1] +
-                               entries[j].t * src->nb[2];
-            std::memcpy(dst + j * ne0, row, static_cast<size_t>(ne0) * sizeof(float));
-        }
-        ggml_tensor * t = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, ne0, 1, n);
-        t->data = dst;
-        local[src] = t;
-        return t;
-    };
-    // A row input inside the chain: a chain node, or a view of part of each of its rows.
-    auto row_input = [&](const ggml_tensor * src) -> ggml_tensor * {
-        auto it = local.find(src);
-        if (it != local.end()) {
-            return it->second;
-        }
-        ggml_tensor * base = local.at(src->view_src);
-        return ggml_view_3d(ctx, base, src->ne[0], 1, n, base->nb[1], base->nb[2], src->view_offs);
-    };
-    ggml_tensor * slots = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n);
-    slots->data = idg_.data();
-    ggml_tensor * experts = nullptr;
 
-    std::vector<ggml_tensor *> outs;
-    for (const ggml_tensor * c : chain) {
-        ggml_tensor * out = nullptr;
-        if (c->op == GGML_OP_MUL_MAT_ID) {
-            const MatrixPlacement * m = nullptr;
-            layout_.find(weight_base(c->src[0])->name, &m);
-            const ggml_tensor * w = c->src[0];
-            ggml_tensor * wt = ggml_new_tensor_3d(ctx, w->type, w->ne[0], w->ne[1], plan_.pools[pool].n_slots);
-            wt->data = pool_mem_[pool] + m->slot_offset;
-            wt->nb[2] = plan_.pools[pool].slot_bytes;
-            wt->nb[3] = wt->nb[2] * static_cast<size_t>(wt->ne[2]);
-            ggml_tensor * in = local.count(c->src[1]) ? local[c->src[1]] : gathered(c->src[1]);
-            out = ggml_mul_mat_id(ctx, wt, in, slots);
-        } else if (c->op == GGML_OP_ADD_ID) {
-            if (!experts) {
-                experts = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n);
-                experts->data = expg_.data();
-            }
-            out = ggml_add_id(ctx, row_input(c->src[0]), c->src[1], experts);
-        } else {
-            // GLU or UNARY: the node's own operation and parameters on the gathered rows.
-            out = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, c->ne[0], 1, n);
-            out->op = c->op;
-            std::memcpy(out->op_params, c->op_params, sizeof(out->op_params));
-            out->src[0] = row_input(c->src[0]);
-            out->src[1] = c->src[1] ? row_input(c->src[1]) : nullptr;
+    for (Window & w : windows) {
+        const int64_t n = static_cast<int64_t>(w.entries.size());
+        if (n == 0) {
+            continue;
         }
-        out->data = buffer(n * out->ne[0]);
-        local[c] = out;
-        outs.push_back(out);
-    }
-    ggml_cgraph * gf = ggml_new_graph_custom(ctx, n_nodes, false);
-    for (ggml_tensor * o : outs) {
-        ggml_build_forward_expand(gf, o);
+        std::unordered_map<const ggml_tensor *, ggml_tensor *> local;
+        // A matmul input from outside the chain (the layer's hidden state, broadcast over the
+        // slots when it has one row per token).
+        auto gathered = [&](const ggml_tensor * src) {
+            auto it = local.find(src);
+            if (it != local.end()) {
+                return it->second;
+            }
+            const int64_t ne0 = src->ne[0];
+            float * dst = buffer(n * ne0);
+            for (int64_t j = 0; j < n; ++j) {
+                const char * row = static_cast<const char *>(src->data) + (w.entries[j].k % src->ne[1]) * src->nb[1] +
+                                   w.entries[j].t * src->nb[2];
+                std::memcpy(dst + j * ne0, row, static_cast<size_t>(ne0) * sizeof(float));
+            }
+            ggml_tensor * t = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, ne0, 1, n);
+            t->data = dst;
+            local[src] = t;
+            return t;
+        };
+        // A row input inside the chain: a chain node, or a view of part of each of its rows.
+        auto row_input = [&](const ggml_tensor * src) -> ggml_tensor * {
+            auto it = local.find(src);
+            if (it != local.end()) {
+                return it->second;
+            }
+            ggml_tensor * base = local.at(src->view_src);
+            return ggml_view_3d(ctx, base, src->ne[0], 1, n, base->nb[1], base->nb[2], src->view_offs);
+        };
+        ggml_tensor * slots = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n);
+        slots->data = w.slots.data();
+        ggml_tensor * experts = nullptr;
+        for (const ggml_tensor * c : chain) {
+            ggml_tensor * out = nullptr;
+            if (c->op == GGML_OP_MUL_MAT_ID) {
+                const MatrixPlacement * m = nullptr;
+                layout_.find(weight_base(c->src[0])->name, &m);
+                const ggml_tensor * wsrc = c->src[0];
+                ggml_tensor * wt = ggml_new_tensor_3d(ctx, wsrc->type, wsrc->ne[0], wsrc->ne[1], w.n_slots);
+                wt->data = pool_mem_[pool] + w.first_slot * slot_bytes + m->slot_offset;
+                wt->nb[2] = slot_bytes;
+                wt->nb[3] = wt->nb[2] * static_cast<size_t>(wt->ne[2]);
+                ggml_tensor * in = local.count(c->src[1]) ? local[c->src[1]] : gathered(c->src[1]);
+                out = ggml_mul_mat_id(ctx, wt, in, slots);
+            } else if (c->op == GGML_OP_ADD_ID) {
+                if (!experts) {
+                    experts = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, n);
+                    experts->data = w.experts.data();
+                }
+                out = ggml_add_id(ctx, row_input(c->src[0]), c->src[1], experts);
+            } else {
+                // GLU or UNARY: the node's own operation and parameters on the gathered rows.
+                out = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, c->ne[0], 1, n);
+                out->op = c->op;
+                std::memcpy(out->op_params, c->op_params, sizeof(out->op_params));
+                out->src[0] = row_input(c->src[0]);
+                out->src[1] = c->src[1] ? row_input(c->src[1]) : nullptr;
+            }
+            out->data = buffer(n * out->ne[0]);
+            local[c] = out;
+            w.outs.push_back(out);
+            ggml_build_forward_expand(gf, out);
+        }
     }
     const ggml_status st = ggml_backend_graph_compute(cpu_, gf);
+    ggml_free(ctx);
     if (st != GGML_STATUS_SUCCESS) {
-        ggml_free(ctx);
         throw Error("the CPU expert computation failed (ggml status " + std::to_string(static_cast<int>(st)) + ")");
     }
     // Rows of the nodes read outside the chain are staged and copied to the graph's tensors
     // once the whole chain is done: the graph allocator may have placed an output in memory
     // that an input of the chain (read again by the next group) occupied.
-    for (size_t c = 0; c < chain.size(); ++c) {
-        if (staged_[c].empty()) {
-            continue;
-        }
-        const float * src = static_cast<const float *>(outs[c]->data);
-        const int64_t ne0 = chain[c]->ne[0];
-        for (int64_t j = 0; j < n; ++j) {
-            float * dst = staged_[c].data() + (entries[j].t * n_ids + entries[j].k) * ne0;
-            std::memcpy(dst, src + j * ne0, static_cast<size_t>(ne0) * sizeof(float));
+    for (const Window & w : windows) {
+        for (size_t c = 0; c < chain.size() && !w.entries.empty(); ++c) {
+            if (staged_[c].empty()) {
+                continue;
+            }
+            const float * src = static_cast<const float *>(w.outs[c]->data);
+            const int64_t ne0 = chain[c]->ne[0];
+            for (size_t j = 0; j < w.entries.size(); ++j) {
+                float * dst = staged_[c].data() + (w.entries[j].t * n_ids + w.entries[j].k) * ne0;
+                std::memcpy(dst, src + static_cast<int64_t>(j) * ne0, static_cast<size_t>(ne0) * sizeof(float));
+            }
         }
     }
-    ggml_free(ctx);
     stats_.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -1,0 +1,179 @@
+// End to end checks of the performance features: prediction never changes a logit and its
+// accounting adds up; --trace records what epq simulate replays; epq bench produces every
+// figure it promises. Counts and consistency only: no timing is asserted.
+#include "test_util.h"
+
+#include "gguf/expert_index.h"
+#include "sim/trace.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+using namespace epq;
+using namespace epq::test;
+
+namespace {
+
+const std::string kText = std::string(EPQ_SOURCE_DIR) + "/data/text/tale-of-two-cities-ch1.txt";
+
+nlohmann::json read_json(const std::string & path) {
+    const auto bytes = read_file(path);
+    return nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
+}
+
+std::string model64() {
+    SynthConfig cfg = tiny("qwen3moe");
+    cfg.shape.n_expert = 64;
+    cfg.shape.n_ff_exp = 512;
+    return synth_model("perf-qwen3moe-64", cfg);
+}
+
+}  // namespace
+
+TEST(Prefetch, PredictionChangesNoLogitAndItsAccountingAddsUp) {
+    const std::string model = model64();
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
+    const std::string d = temp_dir();
+    const std::vector<std::string> common = {"run", "-m", model, "--replay", kText, "--replay-prompt",
+                                             "24",  "-n", "48",  "-t",       "2"};
+    auto args = [&](std::vector<std::string> extra) {
+        std::vector<std::string> a = common;
+        a.insert(a.end(), extra.begin(), extra.end());
+        return a;
+    };
+    const CommandResult stock = run_epq(args({"--no-pager", "--logits-out", d + "/pf-stock.logits"}));
+    ASSERT_EQ(stock.exit_code, 0) << stock.err;
+    const CommandResult paged = run_epq(args({"--arena", std::to_string(4 * idx.min_arena_bytes), "--prefetch", "on",
+                                              "--logits-out", d + "/pf-paged.logits", "--stats-json", d + "/pf.json"}));
+    ASSERT_EQ(paged.exit_code, 0) << paged.err;
+    EXPECT_EQ(paged.out, stock.out);
+    EXPECT_TRUE(read_file(d + "/pf-paged.logits") == read_file(d + "/pf-stock.logits"));
+
+    const auto j = read_json(d + "/pf.json");
+    const auto & p = j["prefetch"];
+    const uint64_t guesses = p["guesses"], guessed = p["guessed"], correct = p["correct"];
+    // 47 decode steps; every MoE layer but the first is guessed from the one before it.
+    EXPECT_EQ(guesses, 47u * (idx.layers.size() - 1));
+    EXPECT_EQ(guessed, guesses * idx.n_expert_used);
+    EXPECT_LE(correct, guessed);
+    EXPECT_GT(p["speculative_reads"].get<uint64_t>(), 0u);
+    EXPECT_EQ(p["speculative_bytes"].get<uint64_t>(),
+              p["useful_bytes"].get<uint64_t>() + p["wasted_bytes"].get<uint64_t>());
+    // Per-layer figures sum to the totals, and the first layer is never guessed.
+    uint64_t sum_guesses = 0, sum_correct = 0, sum_wasted = 0;
+    for (const auto & l : p["per_layer"]) {
+        sum_guesses += l["guesses"].get<uint64_t>();
+        sum_correct += l["correct"].get<uint64_t>();
+        sum_wasted += l["wasted_bytes"].get<uint64_t>();
+    }
+    EXPECT_EQ(sum_guesses, guesses);
+    EXPECT_EQ(sum_correct, correct);
+    EXPECT_EQ(sum_wasted, p["wasted_bytes"].get<uint64_t>());
+    EXPECT_EQ(p["per_layer"][0]["guesses"], 0);
+    // Every speculative read the pager made was settled (the last layer guesses nothing).
+    EXPECT_EQ(j["speculative_reads"].get<uint64_t>(), p["speculative_reads"].get<uint64_t>());
+    EXPECT_EQ(j["demand_misses"].get<uint64_t>() + j["speculative_reads"].get<uint64_t>(), j["misses"].get<uint64_t>());
+}
+
+TEST(Trace, RecordsEveryTokenAndLayerAndSimulateReplaysIt) {
+    const std::string model = model64();
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
+    const std::string d = temp_dir(), trace = d + "/run.trace";
+    const CommandResult r =
+        run_epq({"run", "-m", model, "--replay", kText, "--replay-prompt", "20", "-n", "12", "-t", "2", "--arena",
+                 std::to_string(3 * idx.min_arena_bytes), "--trace", trace, "--stats-json", d + "/trace.json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const Trace t = read_trace(trace);
+    EXPECT_EQ(t.header.n_expert, idx.n_expert);
+    EXPECT_EQ(t.header.layers.size(), idx.layers.size());
+    std::set<uint64_t> steps;
+    uint64_t first_layer_prompt_tokens = 0;
+    std::set<std::tuple<uint64_t, uint32_t, uint32_t>> distinct;  // (step, layer, expert)
+    for (const auto & rec : t.records) {
+        steps.insert(rec.step);
+        first_layer_prompt_tokens += rec.step == 1 && rec.layer == t.header.layers.front().first;
+        for (uint32_t e : rec.experts) {
+            distinct.insert({rec.step, rec.layer, e});
+        }
+    }
+    // The prompt is step 1; each of the 11 decoded tokens is a step of its own.
+    EXPECT_EQ(steps.size(), 12u);
+    EXPECT_EQ(first_layer_prompt_tokens, 20u);
+    // Expert-major: the run read no more experts than the trace's distinct uses per step.
+    const auto j = read_json(d + "/trace.json");
+    EXPECT_LE(j["demand_misses"].get<uint64_t>(), distinct.size());
+
+    const CommandResult sim =
+        run_epq({"simulate", trace, "--arena",
+                 std::to_string(3 * idx.min_arena_bytes) + "," + std::to_string(8 * idx.min_arena_bytes)});
+    ASSERT_EQ(sim.exit_code, 0) << sim.err;
+    EXPECT_NE(sim.out.find("belady"), std::string::npos) << sim.out;
+    EXPECT_EQ(run_epq({"simulate", d + "/missing.trace"}).exit_code, 1);
+}
+
+TEST(Replay, BadUseIsAClearError) {
+    const std::string model = model64();
+    const CommandResult both = run_epq({"run", "-m", model, "--replay", kText, "-p", "hello"});
+    EXPECT_NE(both.exit_code, 0);
+    const std::string tiny_text = temp_dir() + "/short.txt";
+    write_file(tiny_text, {'H', 'i', '.'});
+    const CommandResult short_text = run_epq({"run", "-m", model, "--replay", tiny_text, "--replay-prompt", "64"});
+    EXPECT_EQ(short_text.exit_code, 1);
+    EXPECT_NE(short_text.err.find("--replay-prompt"), std::string::npos) << short_text.err;
+    const CommandResult stock_trace = run_epq({"run", "-m", model, "-p", "hi", "--no-pager", "--trace", "x"});
+    EXPECT_EQ(stock_trace.exit_code, 1);
+    const CommandResult belady = run_epq({"run", "-m", model, "-p", "hi", "--policy", "belady"});
+    EXPECT_EQ(belady.exit_code, 1);
+    EXPECT_NE(belady.err.find("simulate"), std::string::npos) << belady.err;
+}
+
+TEST(Bench, ReportsEveryFigureAsJsonAndAPlot) {
+    const std::string model = model64();
+    const std::string d = temp_dir();
+    const CommandResult r = run_epq({"bench",
+                                     "-m",
+                                     model,
+                                     "--memcap",
+                                     "none",
+                                     "--runs",
+                                     "1",
+                                     "-n",
+                                     "8",
+                                     "--stock-tokens",
+                                     "4",
+                                     "--replay-prompt",
+                                     "16",
+                                     "-t",
+                                     "2",
+                                     "--read-seconds",
+                                     "0.5",
+                                     "--json",
+                                     d + "/bench.json",
+                                     "--plot",
+                                     d + "/bench.png"});
+    const bool have_gnuplot = run_command({"/bin/sh", "-c", "command -v gnuplot"}).exit_code == 0;
+    ASSERT_EQ(r.exit_code, have_gnuplot ? 0 : 1) << r.err;
+    EXPECT_NE(r.out.find("roofline"), std::string::npos) << r.out;
+    const auto j = read_json(d + "/bench.json");
+    EXPECT_GT(j["read_floor"]["bytes_per_second"].get<double>(), 0.0);
+    EXPECT_GT(j["compute_floor_seconds_per_token"].get<double>(), 0.0);
+    ASSERT_EQ(j["caps"].size(), 1u);
+    const auto & c = j["caps"][0];
+    EXPECT_GT(c["epq_decode_tps"].get<double>(), 0.0);
+    EXPECT_GT(c["stock_decode_tps"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(c["ratio"].get<double>(), c["epq_decode_tps"].get<double>() / c["stock_decode_tps"].get<double>());
+    EXPECT_GT(c["roofline_tps"].get<double>(), 0.0);
+    EXPECT_EQ(c["epq_runs"].size(), 1u);
+    EXPECT_EQ(c["stock_runs"].size(), 1u);
+    EXPECT_EQ(c["epq_runs"][0]["generated_tokens"], 8);
+    EXPECT_EQ(c["stock_runs"][0]["generated_tokens"], 4);
+    if (have_gnuplot) {
+        const auto png = read_file(d + "/bench.png");
+        ASSERT_GT(png.size(), 8u);
+        EXPECT_EQ(png[1], 'P');
+        EXPECT_EQ(png[2], 'N');
+        EXPECT_EQ(png[3], 'G');
+    }
+}

@@ -1,0 +1,110 @@
+// The speculative-read bookkeeping: counts worked out by hand, and the auto mode's decisions.
+#include "arena/prefetch_account.h"
+#include "util/error.h"
+
+#include <gtest/gtest.h>
+
+using namespace epq;
+
+TEST(PrefetchAccount, SettleCountsPrecisionRecallAndBytesByHand) {
+    PrefetchAccount a(PrefetchMode::on, 3);
+    // Layer 1: guessed {1,2,3,4}; 2 and 4 were read early (100 B each), 1 and 3 were resident.
+    // Selected {2,3,5,6}: correct = {2,3} -> 2; useful read = 2 (100 B); wasted = 4 (100 B).
+    a.settle(1, {1, 2, 3, 4}, {0, 100, 0, 100}, {2, 3, 5, 6});
+    // Layer 2: guessed {7,8}, both read (50 B each), selected {7,8}: all correct and useful.
+    a.settle(2, {7, 8}, {50, 50}, {7, 8});
+    const PredictionCounts & t = a.total();
+    EXPECT_EQ(t.predictions, 2u);
+    EXPECT_EQ(t.guessed, 6u);
+    EXPECT_EQ(t.selected, 6u);
+    EXPECT_EQ(t.correct, 4u);
+    EXPECT_EQ(t.spec_reads, 4u);
+    EXPECT_EQ(t.spec_bytes, 300u);
+    EXPECT_EQ(t.useful_reads, 3u);
+    EXPECT_EQ(t.useful_bytes, 200u);
+    EXPECT_EQ(t.wasted_bytes, 100u);
+    EXPECT_DOUBLE_EQ(t.precision(), 4.0 / 6.0);
+    EXPECT_DOUBLE_EQ(t.recall(), 4.0 / 6.0);
+    EXPECT_DOUBLE_EQ(t.useful_fraction(), 2.0 / 3.0);
+    const auto & l = a.per_layer();
+    ASSERT_EQ(l.size(), 3u);
+    EXPECT_EQ(l[0].predictions, 0u);
+    EXPECT_EQ(l[1].correct, 2u);
+    EXPECT_EQ(l[1].wasted_bytes, 100u);
+    EXPECT_EQ(l[2].useful_bytes, 100u);
+    EXPECT_TRUE(a.active());
+}
+
+TEST(PrefetchAccount, OffIsNeverActive) {
+    PrefetchAccount a(PrefetchMode::off, 1);
+    EXPECT_FALSE(a.active());
+    EXPECT_NE(a.state().find("off"), std::string::npos);
+}
+
+TEST(PrefetchAccount, OnStaysOnEvenWhenEverythingIsWasted) {
+    PrefetchAccount a(PrefetchMode::on, 1);
+    for (int i = 0; i < 500; ++i) {
+        a.settle(0, {1}, {1000}, {2});
+        a.token_time(1.0);
+    }
+    EXPECT_TRUE(a.active());
+}
+
+TEST(PrefetchAccount, AutoSwitchesOffWhenSpeculativeBytesAreMostlyWasted) {
+    PrefetchAccount a(PrefetchMode::automatic, 1, /*min_evidence_bytes=*/1000, /*min_useful=*/0.5);
+    // Epoch 0 of the trial is an "off" epoch; step past it so guesses are made.
+    for (int i = 0; i < PrefetchAccount::kEpochTokens; ++i) {
+        a.token_time(0.01);
+    }
+    ASSERT_TRUE(a.active());
+    // 1 useful read in 4 (25% < 50%), 64 reads of 100 B: enough evidence.
+    for (int i = 0; i < 16; ++i) {
+        a.settle(0, {1, 2, 3, 4}, {100, 100, 100, 100}, {1, 9, 10, 11});
+    }
+    EXPECT_FALSE(a.active());
+    EXPECT_NE(a.state().find("25%"), std::string::npos) << a.state();
+}
+
+namespace {
+// Runs the whole auto trial with the given per-token times for "on" and "off" epochs.
+PrefetchAccount trial(double on_seconds, double off_seconds) {
+    PrefetchAccount a(PrefetchMode::automatic, 1);
+    int on_epochs = 0, off_epochs = 0;
+    for (int e = 0; e < PrefetchAccount::kTrialEpochs; ++e) {
+        for (int i = 0; i < PrefetchAccount::kEpochTokens; ++i) {
+            const bool on = a.active();
+            if (i == 0) {
+                ++(on ? on_epochs : off_epochs);
+            }
+            a.token_time(on ? on_seconds : off_seconds);
+        }
+    }
+    EXPECT_EQ(on_epochs, PrefetchAccount::kTrialEpochs / 2);
+    EXPECT_EQ(off_epochs, PrefetchAccount::kTrialEpochs / 2);
+    return a;
+}
+}  // namespace
+
+TEST(PrefetchAccount, AutoKeepsPredictionWhenItsTokensWereFaster) {
+    const PrefetchAccount a = trial(0.010, 0.012);
+    EXPECT_TRUE(a.active());
+    EXPECT_EQ(a.state().rfind("on (auto: 10.0 ms/token with prediction, 12.0 without", 0), 0u) << a.state();
+}
+
+TEST(PrefetchAccount, AutoDropsPredictionWhenItsTokensWereSlower) {
+    const PrefetchAccount a = trial(0.020, 0.014);
+    EXPECT_FALSE(a.active());
+    EXPECT_EQ(a.state().rfind("off (auto: 20.0 ms/token with prediction, 14.0 without", 0), 0u) << a.state();
+}
+
+TEST(PrefetchAccount, ModesParseAndBadOnesAreNamed) {
+    EXPECT_EQ(parse_prefetch_mode("auto"), PrefetchMode::automatic);
+    EXPECT_EQ(parse_prefetch_mode("on"), PrefetchMode::on);
+    EXPECT_EQ(parse_prefetch_mode("off"), PrefetchMode::off);
+    try {
+        parse_prefetch_mode("sometimes");
+        FAIL() << "accepted a bad mode";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("sometimes"), std::string::npos);
+    }
+}
