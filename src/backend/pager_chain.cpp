@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <unordered_map>
 
@@ -132,13 +133,14 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
     const uint32_t pool = group.front()->ref.pool;
     const uint64_t slot_bytes = plan_.pools[pool].slot_bytes;
 
-    // Experts in slot order, cut into windows of nearby slots. Each window is one MUL_MAT_ID
-    // per matrix over a view of just its slots: ggml's kernel does work per expert of its
-    // weight tensor (counters, row maps), so a view of the whole pool - thousands of slots in
-    // a large arena - would cost more than the matmul itself in decode.
+    // Experts in slot order, cut into windows of nearby slots; each window is one MUL_MAT_ID
+    // per matrix over a view of just its slots. ggml's kernel keeps per-expert counters for
+    // every slot of the view, so the window caps that at a few thousand; below that, fewer
+    // graph nodes won in measurement (decode with a 16 GiB arena: 12.68 tok/s with one view
+    // of the pool, 12.64 with 256-slot windows, 12.37 with 16-slot windows).
     std::vector<const Use *> sorted(group);
     std::sort(sorted.begin(), sorted.end(), [](const Use * a, const Use * b) { return a->ref.slot < b->ref.slot; });
-    constexpr uint32_t kWindowSlots = 16;
+    constexpr uint32_t kWindowSlots = 4096;
     struct Window {
         uint32_t first_slot = 0, n_slots = 0;
         std::vector<Entry> entries;  // (k, t) rows of its experts

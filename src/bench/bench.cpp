@@ -352,7 +352,8 @@ int run_bench(const BenchOptions & o) {
             g << "set terminal png size 900,560\nset output '" << o.plot_path << "'\n"
               << "set title 'decode tokens/s against memory cap: " << idx.arch << ", " << child.threads
               << " threads'\nset ylabel 'tokens/s (log scale)'\nset logscale y\nset grid\n"
-              << "set xlabel 'memory cap (epq arena within it)'\nset key top left\nset offsets 0.3, 0.3, 0, 0\n"
+              << "set xlabel 'memory cap (epq arena within it)'\nset key top left\nset offsets 0.3, 0.3, 0, 0\nset "
+                 "bmargin 5\nset xlabel offset 0,-1\n"
               << "plot '" << data << "' using 0:2:xtic(1) with linespoints lw 2 title 'epq', "
               << "'' using 0:3 with linespoints lw 2 title 'stock llama.cpp (mmap, no repack)', "
               << "'' using 0:4 with lines dt 2 title 'epq roofline'\n";
