@@ -28,9 +28,10 @@ struct RunResult {
     nlohmann::json stats;
 };
 
-RunResult run(const std::string & model, const std::vector<std::string> & extra, const std::string & tag) {
+RunResult run(const std::string & model, const std::vector<std::string> & extra, const std::string & tag,
+              const std::string & prompt = kPrompt, const std::string & n_predict = "64") {
     const std::string logits = temp_dir() + "/" + tag + ".logits", stats = temp_dir() + "/" + tag + ".json";
-    std::vector<std::string> args = {"run", "-m", model,          "-p",   kPrompt,        "-n", "64",
+    std::vector<std::string> args = {"run", "-m", model,          "-p",   prompt,         "-n", n_predict,
                                      "-t",  "2",  "--logits-out", logits, "--stats-json", stats};
     args.insert(args.end(), extra.begin(), extra.end());
     RunResult r;
@@ -151,17 +152,8 @@ TEST_P(PagerPrefill, EachExpertIsReadAtMostOncePerUbatch) {
     const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
     const std::string prompt = std::string(sample_text()).substr(0, 600);
     auto go = [&](std::vector<std::string> extra, const std::string & tag) {
-        const std::string logits = temp_dir() + "/" + tag + ".logits", stats = temp_dir() + "/" + tag + ".json";
-        std::vector<std::string> args = {"run", "-m", model, "-p",           prompt, "-n",           "4",  "-t",
-                                         "2",   "-b", "64",  "--logits-out", logits, "--stats-json", stats};
-        args.insert(args.end(), extra.begin(), extra.end());
-        RunResult r;
-        r.result = run_epq(args);
-        r.logits = read_file(logits);
-        if (r.result.exit_code == 0) {
-            r.stats = read_json(stats);
-        }
-        return r;
+        extra.insert(extra.end(), {"-b", "64"});
+        return run(model, extra, tag, prompt, "4");
     };
     const RunResult stock = go({"--no-pager"}, GetParam() + "-prefill-stock");
     ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;

@@ -237,20 +237,6 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
     stage_outputs(chain);
     std::vector<Use> inflight;
     size_t next = 0;
-    auto release_all = [&]() {
-        for (auto & u : inflight) {
-            if (u.ticket && !arena_.is_ready(u.ref)) {
-                // Let in-flight reads finish before the slot can be handed out again.
-                try {
-                    u.ticket->wait();
-                } catch (...) {
-                }
-                arena_.failed(u.ref);
-            }
-            arena_.unpin(u.ref);
-        }
-        inflight.clear();
-    };
     try {
         bool read_any = false;
         while (next < experts.size() || !inflight.empty()) {
@@ -340,39 +326,29 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
         }
         write_outputs(chain);
     } catch (...) {
-        release_all();
+        release(inflight);
         throw;
     }
 }
 
 uint64_t Pager::preload() {
     uint64_t resident = 0;
-    std::vector<std::pair<const LayerLayout *, Use>> batch;
+    std::vector<Use> batch;  // reads in flight, all of layer `batch_layer`
+    const LayerLayout * batch_layer = nullptr;
     auto finish = [&]() {
-        for (auto & [layer, u] : batch) {
-            try {
+        try {
+            for (auto & u : batch) {
                 u.ticket->wait();
-            } catch (...) {
-                for (auto & [l2, u2] : batch) {
-                    if (!arena_.is_ready(u2.ref)) {
-                        try {
-                            u2.ticket->wait();
-                        } catch (...) {
-                        }
-                        arena_.failed(u2.ref);
-                    }
-                    arena_.unpin(u2.ref);
-                }
-                throw;
+                loaded(*batch_layer, u.ref);
             }
-            loaded(*layer, u.ref);
+        } catch (...) {
+            release(batch);
+            throw;
         }
-        for (auto & [layer, u] : batch) {
-            arena_.unpin(u.ref);
-        }
-        batch.clear();
+        release(batch);
     };
     for (const auto & layer : layout_.layers) {
+        batch_layer = &layer;
         for (uint32_t e = 0; e < n_expert_; ++e) {
             const uint64_t evictions = arena_.counters().evictions;
             auto a = arena_.acquire({static_cast<uint32_t>(layer.layer), e}, layer.size_class);
@@ -398,11 +374,12 @@ uint64_t Pager::preload() {
             u.ref = a->ref;
             u.ticket = load(layer, u.expert, u.ref);
             ++stats_.preloaded;
-            batch.emplace_back(&layer, std::move(u));
+            batch.push_back(std::move(u));
             if (batch.size() >= 64) {
                 finish();
             }
         }
+        finish();  // a batch holds one layer's experts
     }
     finish();
     return resident;
@@ -455,34 +432,40 @@ void Pager::settle_prefetch(size_t li, const std::vector<int32_t> & selected, bo
     pending_ = Prefetch{};
     const LayerLayout & layer = layout_.layers[p.li];
     const auto t0 = std::chrono::steady_clock::now();
-    std::exception_ptr error;
-    for (auto & u : p.reads) {
-        try {
+    try {
+        for (auto & u : p.reads) {
             u.ticket->wait();
             loaded(layer, u.ref);
-        } catch (...) {
-            error = error ? error : std::current_exception();
-            arena_.failed(u.ref);
         }
-        arena_.unpin(u.ref);
+    } catch (...) {
+        release(p.reads);
+        throw;
     }
+    release(p.reads);
     stats_.prefetch_wait_seconds += since(t0);
-    if (error) {
-        std::rethrow_exception(error);
-    }
     if (decode && p.li == li) {
         prefetch_.settle(li, p.guessed, p.read_bytes, std::vector<uint32_t>(selected.begin(), selected.end()));
     }
 }
 
 void Pager::drain_prefetch() noexcept {
-    for (auto & u : pending_.reads) {
-        try {
-            u.ticket->wait();
-        } catch (...) {
-        }
-    }
+    release(pending_.reads);
     pending_ = Prefetch{};
+}
+
+void Pager::release(std::vector<Use> & uses) noexcept {
+    for (auto & u : uses) {
+        if (u.ticket && !arena_.is_ready(u.ref)) {
+            // Let an in-flight read finish before the slot can be handed out again.
+            try {
+                u.ticket->wait();
+            } catch (...) {
+            }
+            arena_.failed(u.ref);
+        }
+        arena_.unpin(u.ref);
+    }
+    uses.clear();
 }
 
 void Pager::inject_fault(const std::string & kind, uint64_t after) {

@@ -130,6 +130,8 @@ private:
     void start_prefetch(size_t li, const ggml_tensor * x);
     void settle_prefetch(size_t li, const std::vector<int32_t> & selected, bool decode);
     void drain_prefetch() noexcept;
+    // Unpins `uses`; a slot whose read did not complete is waited for and forgotten.
+    void release(std::vector<Use> & uses) noexcept;
 
     std::string path_;
     SlotLayout layout_;

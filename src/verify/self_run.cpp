@@ -3,6 +3,7 @@
 #include "util/error.h"
 
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -49,6 +50,15 @@ const std::string & scratch_dir() {
 std::string read_whole_file(const std::string & path) {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string self_exe() {
+    char buf[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) {
+        throw Error("cannot find the epq binary (/proc/self/exe)");
+    }
+    return std::string(buf, static_cast<size_t>(n));
 }
 
 SelfRun run_self(const std::string & exe, const std::vector<std::string> & args, const std::vector<std::string> & env) {

@@ -13,6 +13,9 @@ struct SelfRun {
     double seconds = 0.0;
 };
 
+// The path of the running binary (to start copies of it). Throws epq::Error.
+std::string self_exe();
+
 // `env` entries are NAME=VALUE set for the child only.
 SelfRun run_self(const std::string & exe, const std::vector<std::string> & args,
                  const std::vector<std::string> & env = {});

@@ -2,10 +2,9 @@
 
 #include "bench/bench.h"
 #include "util/error.h"
+#include "verify/self_run.h"
 
-#include <climits>
 #include <sstream>
-#include <unistd.h>
 
 namespace epq::cli {
 
@@ -52,12 +51,7 @@ Handler add_bench(CLI::App & app) {
         if (o->memcaps.empty()) {
             throw Error("--memcap needs at least one size or 'none'");
         }
-        char buf[PATH_MAX];
-        const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-        if (n <= 0) {
-            throw Error("cannot find the epq binary (/proc/self/exe)");
-        }
-        o->self_exe.assign(buf, static_cast<size_t>(n));
+        o->self_exe = self_exe();
         return run_bench(*o);
     };
 }

@@ -13,15 +13,6 @@ namespace epq::cli {
 
 namespace {
 
-std::string self_exe() {
-    char buf[PATH_MAX];
-    const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) {
-        throw Error("cannot find the epq binary (/proc/self/exe)");
-    }
-    return std::string(buf, static_cast<size_t>(n));
-}
-
 const std::vector<std::string> kChecks = {"kernel", "layer", "multitoken", "generate", "determinism"};
 
 CheckReport run_check(const std::string & check, const VerifyOptions & o) {
