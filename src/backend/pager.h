@@ -52,6 +52,7 @@ struct PagerStats {
     uint64_t missed_expert_bytes = 0;  // the expert bytes the misses needed (reads may round up)
     uint64_t chains = 0;               // runs of a layer's expert nodes computed expert by expert
     uint64_t rereads = 0;              // an expert read again within the same batch of the same layer
+    uint64_t solo_experts = 0;         // expert groups computed in a node of their own (kernel_paths.h)
     double read_busy_seconds = 0.0;    // summed over read threads
     double read_wall_seconds = 0.0;    // with at least one read in flight
     double wait_seconds = 0.0;         // compute stalled on reads
@@ -112,6 +113,9 @@ private:
     // once each, and computes every node of `chain` for each group of ready experts.
     void run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayout & layer);
     void compute_group(const std::vector<ggml_tensor *> & chain, const std::vector<const Use *> & group);
+    // Per expert of `group`: whether it needs a node of its own to get ggml's kernel choice.
+    std::vector<char> solo_experts(const std::vector<ggml_tensor *> & chain,
+                                   const std::vector<const Use *> & group) const;
     void compute_node_on_cpu(ggml_cgraph * graph, int i);
     void stage_outputs(const std::vector<ggml_tensor *> & chain);
     void write_outputs(const std::vector<ggml_tensor *> & chain);

@@ -1,6 +1,7 @@
 // The compute side of the pager: splitting a claimed graph split into expert chains and
 // computing each group of resident experts with ggml's CPU kernels on gathered rows.
 #include "backend/expert_chain.h"
+#include "backend/kernel_paths.h"
 #include "backend/pager.h"
 #include "util/error.h"
 
@@ -126,6 +127,28 @@ void Pager::compute_node_on_cpu(ggml_cgraph * graph, int i) {
     stats_.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+std::vector<char> Pager::solo_experts(const std::vector<ggml_tensor *> & chain,
+                                      const std::vector<const Use *> & group) const {
+    const ggml_tensor * ids = chain.front()->src[2];
+    std::vector<int64_t> rows(n_expert_, 0);
+    for (int64_t t = 0; t < ids->ne[1]; ++t) {
+        for (int64_t k = 0; k < ids->ne[0]; ++k) {
+            ++rows[static_cast<size_t>(id_at(ids, k, t))];
+        }
+    }
+    std::vector<char> solo(n_expert_, 0);
+    for (const Use * u : group) {
+        const int64_t n = rows[static_cast<size_t>(u->expert)];
+        for (const ggml_tensor * c : chain) {
+            const ggml_tensor * w = c->src[0];
+            if (c->op == GGML_OP_MUL_MAT_ID && expert_takes_special_kernel(w->type, w->ne[0], w->ne[1], n)) {
+                solo[static_cast<size_t>(u->expert)] = 1;
+            }
+        }
+    }
+    return solo;
+}
+
 void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::vector<const Use *> & group) {
     const auto t0 = std::chrono::steady_clock::now();
     const ggml_tensor * ids = chain.front()->src[2];
@@ -138,11 +161,15 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
     // every slot of the view, so the window caps that at a few thousand; below that, fewer
     // graph nodes won in measurement (decode with a 16 GiB arena: 12.68 tok/s with one view
     // of the pool, 12.64 with 256-slot windows, 12.37 with 16-slot windows).
+    // An expert that ggml would compute with a kernel of its own (see kernel_paths.h) gets a
+    // window of one slot: a contiguous weight view, so ggml makes the same choice as stock.
     std::vector<const Use *> sorted(group);
     std::sort(sorted.begin(), sorted.end(), [](const Use * a, const Use * b) { return a->ref.slot < b->ref.slot; });
+    const std::vector<char> solo = solo_experts(chain, group);
     constexpr uint32_t kWindowSlots = 4096;
     struct Window {
         uint32_t first_slot = 0, n_slots = 0;
+        bool solo = false;
         std::vector<Entry> entries;  // (k, t) rows of its experts
         std::vector<int32_t> slots, experts;
         std::vector<ggml_tensor *> outs;
@@ -150,9 +177,13 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
     std::vector<Window> windows;
     std::vector<int32_t> window_of(n_expert_, -1), slot_of(n_expert_, -1);
     for (const Use * u : sorted) {
-        if (windows.empty() || u->ref.slot - windows.back().first_slot >= kWindowSlots) {
+        const bool alone = solo[static_cast<size_t>(u->expert)] != 0;
+        if (windows.empty() || alone || windows.back().solo ||
+            u->ref.slot - windows.back().first_slot >= kWindowSlots) {
             windows.push_back({});
             windows.back().first_slot = u->ref.slot;
+            windows.back().solo = alone;
+            stats_.solo_experts += alone;
         }
         Window & w = windows.back();
         w.n_slots = u->ref.slot - w.first_slot + 1;

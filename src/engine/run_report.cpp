@@ -130,6 +130,7 @@ nlohmann::json RunReport::json() const {
         j["missed_expert_bytes"] = p.missed_expert_bytes;
         j["expert_chains"] = p.chains;
         j["rereads_within_batch"] = p.rereads;
+        j["solo_expert_nodes"] = p.solo_experts;  // experts given their own node to get ggml's kernel choice
         auto counts = [](const PredictionCounts & c) {
             return nlohmann::json{{"guesses", c.predictions},
                                   {"guessed", c.guessed},
