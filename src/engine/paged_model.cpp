@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 
 namespace epq {
 
@@ -17,6 +18,21 @@ void apply_fault_env(Pager & pager) {
         pager.inject_fault(fault, after ? std::strtoull(after, nullptr, 10) : 1);
     }
 }
+
+namespace {
+
+std::string regex_escape(const std::string & s) {
+    std::string out;
+    for (char c : s) {
+        if (std::string(".^$|()[]{}*+?\\").find(c) != std::string::npos) {
+            out += '\\';
+        }
+        out += c;
+    }
+    return out;
+}
+
+}  // namespace
 
 uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx) {
     const std::string a = file.architecture();
@@ -70,7 +86,21 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
 
     register_pager_device();
     attach_pager(pager_.get());
-    overrides_.push_back({R"(\.ffn_[a-z_]+_exps\.weight$)", pager_buffer_type()});
+    // Exactly the indexed expert tensors: one pattern per tensor name suffix, listing its layers
+    // (llama.cpp compiles every pattern once per tensor, so a few alternations beat one per name).
+    std::map<std::string, std::string> layers_of;
+    for (const auto & l : index_.layers) {
+        for (const auto & t : l.tensors) {
+            std::string & alt = layers_of[t.name.substr(t.name.find('.', 4) + 1)];
+            alt += (alt.empty() ? "" : "|") + std::to_string(l.layer);
+        }
+    }
+    for (const auto & [suffix, layers] : layers_of) {
+        override_patterns_.push_back("^blk\\.(" + layers + ")\\." + regex_escape(suffix) + "$");
+    }
+    for (const auto & p : override_patterns_) {
+        overrides_.push_back({p.c_str(), pager_buffer_type()});
+    }
     overrides_.push_back({nullptr, nullptr});
 
     // Prefetch exactly the bytes that are not routed experts.

@@ -45,6 +45,7 @@ private:
     ExpertIndex index_;
     std::unique_ptr<Pager> pager_;
     std::string arena_reasoning_;
+    std::vector<std::string> override_patterns_;  // owned here: overrides_ points into them
     std::vector<llama_model_tensor_buft_override> overrides_;
 };
 

@@ -13,14 +13,46 @@ namespace epq {
 
 namespace {
 
-// llama.cpp names every merged routed-expert tensor blk.<layer>.ffn_<kind>_exps.weight,
-// whatever the architecture.
-const std::regex & expert_tensor_pattern() {
-    static const std::regex re(R"(^blk\.(\d+)\.ffn_([a-z_]+)_exps\.weight$)");
+// A layer's weight tensor: blk.<layer>.<name>.weight.
+const std::regex & layer_weight_pattern() {
+    static const std::regex re(R"(^blk\.(\d+)\.([a-z0-9_]+)\.weight$)");
     return re;
 }
 
+// The matrix kind of a routed-expert tensor name: "gate", "up", "down", "gate_up" for
+// llama.cpp's ffn_<kind>_exps, else the name itself.
+std::string matrix_kind(const std::string & name) {
+    static const std::regex re(R"(^ffn_([a-z_]+)_exps$)");
+    std::smatch m;
+    return std::regex_match(name, m, re) ? m[1].str() : name;
+}
+
+// A stack of one matrix per expert as llama.cpp names its routed experts (ffn_gate_exps,
+// ffn_up_exps, ffn_down_exps, ffn_gate_up_exps, ...): 3-D, each expert's slice contiguous.
+// Per-expert vectors (biases, scales, arctic's ffn_norm_exps) are 1-D or 2-D and stay with the
+// dense weights, as do grovemoe's chunk experts (ffn_*_chexps, another count).
+bool is_expert_stack(const TensorInfo & t) {
+    static const std::regex re(R"(^blk\.\d+\.[a-z0-9_]*_exps\.weight$)");
+    return t.n_dims == 3 && t.ne[3] == 1 && t.nb[2] == t.nb[1] * static_cast<uint64_t>(t.ne[1]) &&
+           std::regex_match(t.name, re);
+}
+
 }  // namespace
+
+bool is_routed_expert_matrix(const TensorInfo & t, int64_t n_expert) {
+    return n_expert > 0 && t.ne[2] == n_expert && is_expert_stack(t);
+}
+
+bool has_routed_experts(const GgufFile & file) {
+    const std::string arch = file.architecture();
+    const int64_t n_expert = file.get_int(arch + ".expert_count").value_or(0);
+    for (const auto & t : file.tensors()) {
+        if (is_routed_expert_matrix(t, n_expert)) {
+            return true;
+        }
+    }
+    return false;
+}
 
 ExpertIndex ExpertIndex::build(const GgufFile & file) {
     ExpertIndex idx;
@@ -37,17 +69,13 @@ ExpertIndex ExpertIndex::build(const GgufFile & file) {
     std::map<int, ExpertLayer> by_layer;
     std::smatch m;
     for (const auto & t : file.tensors()) {
-        if (!std::regex_match(t.name, m, expert_tensor_pattern())) {
+        if (!is_expert_stack(t) || !std::regex_match(t.name, m, layer_weight_pattern())) {
             idx.dense_bytes += t.nbytes;
             continue;
         }
-        if (t.n_dims != 3) {
-            throw Error(file.path() + ": expert tensor '" + t.name + "' has " + std::to_string(t.n_dims) +
-                        " dimensions, expected 3 (in, out, expert)");
-        }
         ExpertTensor e;
         e.name = t.name;
-        e.kind = m[2].str();
+        e.kind = matrix_kind(m[2].str());
         e.type = t.type;
         for (int d = 0; d < 3; ++d) {
             e.ne[d] = t.ne[d];

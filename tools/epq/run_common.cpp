@@ -64,7 +64,15 @@ LoadedModel load_model(const RunOptions & o) {
     so.n_ctx = o.n_ctx;
     so.n_batch = o.n_batch;
     m.n_threads = so.n_threads;
-    if (!o.no_pager) {
+    // A model without routed experts has nothing to page: say so and run it as stock does.
+    const bool dense = !o.no_pager && !has_routed_experts(file);
+    if (dense) {
+        std::fprintf(stderr,
+                     "epq: %s: no routed experts (not a MoE model): nothing to page, running it through stock "
+                     "llama.cpp\n",
+                     o.model.c_str());
+    }
+    if (!o.no_pager && !dense) {
         PagedModelOptions po;
         po.arena = o.arena;
         po.read_threads = o.read_threads;
@@ -94,10 +102,13 @@ LoadedModel load_model(const RunOptions & o) {
         so.overrides = m.paged->overrides();
     } else {
         if (!o.trace.empty()) {
-            throw Error("--trace records the pager's view of routing: drop --no-pager");
+            throw Error("--trace records the pager's view of routing: " +
+                        std::string(dense ? "this model has no routed experts" : "drop --no-pager"));
         }
-        std::fprintf(stderr, "epq: --no-pager: running %s through stock llama.cpp (mmap, no repacking)\n",
-                     o.model.c_str());
+        if (!dense) {
+            std::fprintf(stderr, "epq: --no-pager: running %s through stock llama.cpp (mmap, no repacking)\n",
+                         o.model.c_str());
+        }
     }
     m.session = std::make_unique<LlamaSession>(o.model, so);
     if (m.paged) {
@@ -114,7 +125,8 @@ LoadedModel load_model(const RunOptions & o) {
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
     } else if (o.preload) {
-        throw Error("--preload fills the pager's arena: drop --no-pager");
+        throw Error(std::string("--preload fills the pager's arena: ") +
+                    (dense ? "this model has no routed experts" : "drop --no-pager"));
     }
     m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m.start).count();
     return m;
