@@ -1,6 +1,9 @@
-// epq synth: reproducible files, the requested shapes and types, llama.cpp's BOOL array.
+// epq synth: reproducible files, the requested shapes and types, llama.cpp's BOOL array, every
+// expert type and every tiny preset loading in stock llama.cpp.
 #include "test_util.h"
 
+#include "engine/llama_log.h"
+#include "engine/llama_session.h"
 #include "gguf/gguf_file.h"
 #include "synth/model_layout.h"
 #include "synth/tensor_filler.h"
@@ -8,8 +11,11 @@
 
 #include "gguf.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <gtest/gtest.h>
+#include <memory>
 
 using namespace epq;
 using namespace epq::test;
@@ -128,8 +134,8 @@ TEST(Synth, PooledQuantizedWeightsHaveTheRequestedMagnitude) {
 }
 
 TEST(Synth, RejectsImpossibleShapes) {
-    SynthConfig cfg = tiny("qwen3moe");
-    cfg.shape.n_ff_exp = 200;  // Q6_K/Q4_K rows must be multiples of 256
+    SynthConfig cfg = tiny("qwen3moe", "q4_k");
+    cfg.shape.n_ff_exp = 200;  // the Q4_K the user chose needs rows of whole 256-blocks
     EXPECT_THROW(synthesize(cfg, temp_dir() + "/bad.gguf"), Error);
     SynthConfig olmoe = tiny("olmoe");
     olmoe.shape.n_head_kv = 2;
@@ -137,3 +143,141 @@ TEST(Synth, RejectsImpossibleShapes) {
     EXPECT_THROW(make_preset("no-such-preset"), Error);
     EXPECT_THROW(make_quant_preset("q9_z"), Error);
 }
+
+TEST(Synth, DefaultTypesFallBackLikeLlamaQuantizeButChosenOnesDoNot) {
+    // Rows of 352 values are whole 32-blocks but not 256-blocks (DeepSeek-V2-Lite's 1408 is the
+    // same case): the mixed plan's Q6_K and Q4_K downs become Q8_0 and Q5_0, as in real files.
+    SynthConfig cfg = make_preset("tiny-deepseek2");
+    cfg.shape.n_ff_exp = 352;
+    const GgufFile f = GgufFile::open(synth_model("fallback-352", cfg));
+    EXPECT_EQ(f.find_tensor("blk.1.ffn_down_exps.weight")->type, GGML_TYPE_Q8_0);
+    EXPECT_EQ(f.find_tensor("blk.3.ffn_down_exps.weight")->type, GGML_TYPE_Q5_0);
+    EXPECT_EQ(f.find_tensor("blk.3.ffn_up_exps.weight")->type, GGML_TYPE_Q4_K);  // rows of n_embd 256 fit
+    cfg.quant = make_quant_preset("q4_k");  // now the user chose Q4_K for every expert
+    try {
+        synthesize(cfg, temp_dir() + "/bad-352.gguf");
+        FAIL() << "Q4_K experts with rows of 352 values were accepted";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("ffn_down_exps"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("352"), std::string::npos) << e.what();
+    }
+}
+
+TEST(Synth, GptOssHasSinksBiasesAndSlidingWindow) {
+    const GgufFile f = GgufFile::open(synth_model("preset-tiny-gpt-oss", make_preset("tiny-gpt-oss")));
+    EXPECT_EQ(f.architecture(), "gpt-oss");
+    EXPECT_EQ(f.get_int("gpt-oss.attention.sliding_window"), 128);
+    EXPECT_EQ(f.get_int("gpt-oss.expert_feed_forward_length"), 256);
+    for (const char * name : {"blk.0.attn_sinks.weight", "blk.0.attn_q.bias", "blk.0.attn_output.bias",
+                              "blk.0.ffn_gate_inp.bias", "blk.0.ffn_gate_exps.bias", "blk.0.ffn_up_exps.bias",
+                              "blk.0.ffn_down_exps.bias", "blk.0.post_attention_norm.weight"}) {
+        const TensorInfo * t = f.find_tensor(name);
+        ASSERT_NE(t, nullptr) << name;
+        EXPECT_EQ(t->type, GGML_TYPE_F32) << name;
+    }
+    EXPECT_EQ(f.find_tensor("blk.3.ffn_down_exps.weight")->type, GGML_TYPE_MXFP4);
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_down_exps.bias")->ne[1], 32);
+}
+
+TEST(Synth, Deepseek2HasDenseLeadSharedExpertsAndSelectionBias) {
+    const GgufFile f = GgufFile::open(synth_model("preset-tiny-deepseek2", make_preset("tiny-deepseek2")));
+    EXPECT_EQ(f.architecture(), "deepseek2");
+    EXPECT_EQ(f.get_int("deepseek2.leading_dense_block_count"), 1);
+    EXPECT_EQ(f.get_int("deepseek2.expert_shared_count"), 2);
+    EXPECT_EQ(f.get_int("deepseek2.expert_gating_func"), 2);  // sigmoid
+    EXPECT_NE(f.find_tensor("blk.0.ffn_gate.weight"), nullptr);
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_gate_exps.weight"), nullptr);
+    for (uint32_t il = 1; il < 4; ++il) {
+        const std::string b = "blk." + std::to_string(il) + ".";
+        EXPECT_NE(f.find_tensor(b + "ffn_gate_exps.weight"), nullptr) << il;
+        EXPECT_NE(f.find_tensor(b + "exp_probs_b.bias"), nullptr) << il;
+        const TensorInfo * sh = f.find_tensor(b + "ffn_up_shexp.weight");
+        ASSERT_NE(sh, nullptr) << il;
+        EXPECT_EQ(sh->ne[1], 2 * 256) << "two shared experts of expert ff 256";
+        EXPECT_NE(f.find_tensor(b + "attn_k_b.weight"), nullptr) << il;
+    }
+}
+
+namespace {
+
+// Loads `path` in stock llama.cpp, decodes a short text and a few greedy tokens, and checks
+// the logits are finite and not all equal.
+void expect_llama_runs(const std::string & path) {
+    set_llama_verbosity(false);
+    SessionOptions so;
+    so.n_ctx = 128;
+    LlamaSession s(path, so);
+    s.decode(s.tokenize("The quick brown fox jumps over the lazy dog.", true));
+    for (int step = 0; step < 3; ++step) {
+        const float * logits = s.logits();
+        ASSERT_NE(logits, nullptr);
+        llama_token best = 0;
+        float lo = INFINITY;
+        for (int32_t i = 0; i < s.n_vocab(); ++i) {
+            ASSERT_TRUE(std::isfinite(logits[i])) << path << " logit " << i << " at step " << step;
+            best = logits[i] > logits[best] ? i : best;
+            lo = std::min(lo, logits[i]);
+        }
+        EXPECT_GT(logits[best] - lo, 1e-3f) << path << ": logits are all the same";
+        s.decode({best});
+    }
+}
+
+std::vector<std::string> tiny_presets() {
+    std::vector<std::string> names;
+    for (const auto & p : list_presets()) {
+        if (p.name.rfind("tiny-", 0) == 0) {
+            names.push_back(p.name);
+        }
+    }
+    return names;
+}
+
+std::string test_name(const std::string & s) {
+    std::string out;
+    for (char c : s) {
+        out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    }
+    return out;
+}
+
+}  // namespace
+
+// Every tiny preset, with its own default types (gpt-oss: MXFP4 experts), is a model llama.cpp
+// runs.
+class SynthTinyPreset : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SynthTinyPreset, LoadsAndRunsInLlamaCpp) {
+    expect_llama_runs(synth_model("preset-" + GetParam(), make_preset(GetParam())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Synth, SynthTinyPreset, ::testing::ValuesIn(tiny_presets()),
+                         [](const auto & p) { return test_name(p.param); });
+
+// Every type llama-quantize can write for experts: the file holds the experts in that type
+// (read back with ggml's gguf API) and llama.cpp runs it. A small olmoe (the smallest vocabulary)
+// with 2 layers of 8 experts keeps this quick.
+class SynthExpertType : public ::testing::TestWithParam<ggml_type> {};
+
+TEST_P(SynthExpertType, WritesTheTypeAndLoadsInLlamaCpp) {
+    const ggml_type type = GetParam();
+    SynthConfig cfg = tiny("olmoe", ggml_type_name(type));
+    cfg.shape.n_layer = 2, cfg.shape.n_expert = 8, cfg.shape.n_expert_used = 2;
+    const std::string path = synth_model(std::string("every-type-") + ggml_type_name(type), cfg);
+
+    gguf_init_params params{true, nullptr};
+    std::unique_ptr<gguf_context, void (*)(gguf_context *)> g(gguf_init_from_file(path.c_str(), params), gguf_free);
+    ASSERT_NE(g, nullptr) << path;
+    for (const char * kind : {"gate", "up", "down"}) {
+        for (int il = 0; il < 2; ++il) {
+            const std::string name = "blk." + std::to_string(il) + ".ffn_" + kind + "_exps.weight";
+            const int64_t id = gguf_find_tensor(g.get(), name.c_str());
+            ASSERT_GE(id, 0) << name;
+            EXPECT_EQ(gguf_get_tensor_type(g.get(), id), type) << name;
+        }
+    }
+    expect_llama_runs(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Synth, SynthExpertType, ::testing::ValuesIn(expert_quant_types()),
+                         [](const auto & p) { return test_name(ggml_type_name(p.param)); });

@@ -18,14 +18,19 @@ ValueDist projection(int64_t n_in) {
 ValueDist near_one() {
     return ValueDist{1.0f, 0.0f, 0.9f, 1.1f};
 }
+// Biases small beside the order-one activations they are added to.
+ValueDist small_bias() {
+    return ValueDist{0.0f, 0.1f};
+}
 
 class LayoutBuilder {
 public:
     LayoutBuilder(const SynthConfig & cfg, ModelLayout & out) : cfg_(cfg), out_(out) {}
 
-    // A tensor whose type is chosen by --type `kind`.
+    // A tensor whose type is chosen by --type `kind` (or its llama-quantize fallback).
     void add(const std::string & name, std::vector<int64_t> ne, const std::string & kind, ValueDist dist) {
-        out_.tensors.push_back(TensorSpec{name, std::move(ne), cfg_.quant.get(kind), dist, kind});
+        const ggml_type type = cfg_.quant.for_row(kind, ne[0]);
+        out_.tensors.push_back(TensorSpec{name, std::move(ne), type, dist, kind});
     }
     // A tensor that llama.cpp needs in F32 (norms, routers, recurrent-state parameters).
     void add_f32(const std::string & name, std::vector<int64_t> ne, ValueDist dist) {
@@ -48,6 +53,31 @@ public:
         const bool second_half = il >= s.n_layer / 2;
         add(blk(il, "ffn_down_exps.weight"), {s.n_ff_exp, s.n_embd, s.n_expert},
             second_half ? "ffn_down_exps_alt" : "ffn_down_exps", projection(s.n_ff_exp));
+    }
+
+    // gpt-oss adds a bias after every expert matmul and to the router logits.
+    void expert_biases(uint32_t il) {
+        const auto & s = cfg_.shape;
+        add_f32(blk(il, "ffn_gate_inp.bias"), {s.n_expert}, small_bias());
+        add_f32(blk(il, "ffn_gate_exps.bias"), {s.n_ff_exp, s.n_expert}, small_bias());
+        add_f32(blk(il, "ffn_up_exps.bias"), {s.n_ff_exp, s.n_expert}, small_bias());
+        add_f32(blk(il, "ffn_down_exps.bias"), {s.n_embd, s.n_expert}, small_bias());
+    }
+
+    // Shared experts always on beside the routed ones (deepseek2: n_expert_shared of n_ff_exp,
+    // stored as one wider FFN).
+    void shared_experts(uint32_t il, int64_t n_ff_sh) {
+        const int64_t n_embd = cfg_.shape.n_embd;
+        matmul(blk(il, "ffn_gate_shexp.weight"), n_embd, n_ff_sh, "shexp");
+        matmul(blk(il, "ffn_up_shexp.weight"), n_embd, n_ff_sh, "shexp");
+        matmul(blk(il, "ffn_down_shexp.weight"), n_ff_sh, n_embd, "shexp");
+    }
+
+    void dense_ffn(uint32_t il) {
+        const int64_t n_embd = cfg_.shape.n_embd, n_ff = cfg_.shape.n_ff;
+        matmul(blk(il, "ffn_gate.weight"), n_embd, n_ff, "ffn");
+        matmul(blk(il, "ffn_up.weight"), n_embd, n_ff, "ffn");
+        matmul(blk(il, "ffn_down.weight"), n_ff, n_embd, "ffn");
     }
 
     void embeddings(int64_t n_vocab) {
@@ -79,6 +109,11 @@ void set_common_kv(gguf_context * g, const SynthConfig & cfg) {
     gguf_set_val_u32(g, (a + ".attention.head_count_kv").c_str(), s.n_head_kv);
     gguf_set_val_f32(g, (a + ".rope.freq_base").c_str(), s.rope_theta);
     gguf_set_val_f32(g, (a + ".attention.layer_norm_rms_epsilon").c_str(), s.rms_eps);
+    if (s.rope_yarn_factor > 0.0f) {
+        gguf_set_val_str(g, (a + ".rope.scaling.type").c_str(), "yarn");
+        gguf_set_val_f32(g, (a + ".rope.scaling.factor").c_str(), s.rope_yarn_factor);
+        gguf_set_val_u32(g, (a + ".rope.scaling.original_context_length").c_str(), s.rope_yarn_orig_ctx);
+    }
     gguf_set_val_str(g, "epq.synth.preset", cfg.preset.c_str());
     gguf_set_val_str(g, "epq.synth.quant", cfg.quant_name.c_str());
     gguf_set_val_u64(g, "epq.synth.seed", cfg.seed);
@@ -203,9 +238,113 @@ void layout_qwen35moe(const SynthConfig & cfg, int64_t n_vocab, ModelLayout & ou
         b.add_f32(n("post_attention_norm.weight"), {s.n_embd}, near_one());
         b.routed_experts(il);
         b.add_f32(n("ffn_gate_inp_shexp.weight"), {s.n_embd}, projection(s.n_embd));
-        b.matmul(n("ffn_gate_shexp.weight"), s.n_embd, s.n_ff_shexp, "shexp");
-        b.matmul(n("ffn_up_shexp.weight"), s.n_embd, s.n_ff_shexp, "shexp");
-        b.matmul(n("ffn_down_shexp.weight"), s.n_ff_shexp, s.n_embd, "shexp");
+        b.shared_experts(il, s.n_ff_shexp);
+    }
+    b.head(n_vocab);
+}
+
+void write_gpt_oss_kv(gguf_context * g, const SynthConfig & cfg) {
+    const auto & s = cfg.shape;
+    set_common_kv(g, cfg);
+    gguf_set_val_u32(g, "gpt-oss.feed_forward_length", s.n_ff_exp);
+    gguf_set_val_u32(g, "gpt-oss.expert_feed_forward_length", s.n_ff_exp);
+    gguf_set_val_u32(g, "gpt-oss.attention.key_length", s.head_dim);
+    gguf_set_val_u32(g, "gpt-oss.attention.value_length", s.head_dim);
+    // The pattern (sliding window on even layers, full attention on odd) is llama.cpp's default
+    // for this architecture, so like the official files only the window is written.
+    gguf_set_val_u32(g, "gpt-oss.attention.sliding_window", s.n_swa);
+}
+
+void layout_gpt_oss(const SynthConfig & cfg, int64_t n_vocab, ModelLayout & out) {
+    const auto & s = cfg.shape;
+    LayoutBuilder b(cfg, out);
+    out.write_metadata = [cfg](gguf_context * g) { write_gpt_oss_kv(g, cfg); };
+    b.embeddings(n_vocab);
+    const int64_t q = int64_t(s.head_dim) * s.n_head, kv = int64_t(s.head_dim) * s.n_head_kv;
+    for (uint32_t il = 0; il < s.n_layer; ++il) {
+        auto n = [il](const std::string & rest) { return LayoutBuilder::blk(il, rest); };
+        b.add_f32(n("attn_norm.weight"), {s.n_embd}, near_one());
+        b.matmul(n("attn_q.weight"), s.n_embd, q, "attn");
+        b.add_f32(n("attn_q.bias"), {q}, small_bias());
+        b.matmul(n("attn_k.weight"), s.n_embd, kv, "attn");
+        b.add_f32(n("attn_k.bias"), {kv}, small_bias());
+        b.matmul(n("attn_v.weight"), s.n_embd, kv, "attn");
+        b.add_f32(n("attn_v.bias"), {kv}, small_bias());
+        b.matmul(n("attn_output.weight"), q, s.n_embd, "attn");
+        b.add_f32(n("attn_output.bias"), {s.n_embd}, small_bias());
+        // Sinks are per-head logits of a virtual token every query may attend to instead.
+        b.add_f32(n("attn_sinks.weight"), {s.n_head}, ValueDist{0.0f, 0.0f, -1.0f, 1.0f});
+        b.add_f32(n("post_attention_norm.weight"), {s.n_embd}, near_one());
+        b.routed_experts(il);
+        b.expert_biases(il);
+    }
+    b.head(n_vocab);
+}
+
+void write_deepseek2_kv(gguf_context * g, const SynthConfig & cfg) {
+    const auto & s = cfg.shape;
+    set_common_kv(g, cfg);
+    gguf_set_val_u32(g, "deepseek2.feed_forward_length", s.n_ff);
+    gguf_set_val_u32(g, "deepseek2.leading_dense_block_count", s.n_dense_lead);
+    gguf_set_val_u32(g, "deepseek2.expert_feed_forward_length", s.n_ff_exp);
+    gguf_set_val_u32(g, "deepseek2.expert_shared_count", s.n_expert_shared);
+    gguf_set_val_f32(g, "deepseek2.expert_weights_scale", s.expert_weights_scale);
+    gguf_set_val_bool(g, "deepseek2.expert_weights_norm", s.expert_weights_norm);
+    gguf_set_val_u32(g, "deepseek2.expert_gating_func", s.sigmoid_gating ? 2u : 1u);  // llama.cpp: 1 softmax, 2 sigmoid
+    gguf_set_val_u32(g, "deepseek2.attention.q_lora_rank", s.q_lora_rank);
+    gguf_set_val_u32(g, "deepseek2.attention.kv_lora_rank", s.kv_lora_rank);
+    // As the converter writes MLA files: the cached "head" is the latent plus the rotary key,
+    // and the per-head sizes of the decompressed attention are the *_mla keys.
+    gguf_set_val_u32(g, "deepseek2.attention.key_length", s.kv_lora_rank + s.qk_rope_dim);
+    gguf_set_val_u32(g, "deepseek2.attention.value_length", s.kv_lora_rank);
+    gguf_set_val_u32(g, "deepseek2.attention.key_length_mla", s.head_dim);
+    gguf_set_val_u32(g, "deepseek2.attention.value_length_mla", s.v_head_dim);
+    gguf_set_val_u32(g, "deepseek2.rope.dimension_count", s.qk_rope_dim);
+    if (s.rope_yarn_factor > 0.0f) {
+        gguf_set_val_f32(g, "deepseek2.rope.scaling.yarn_log_multiplier", 0.0707f);  // 0.1 x mscale_all_dim 0.707
+    }
+}
+
+// Multi-head latent attention: keys and values are decompressed per head from one latent vector
+// (attn_k_b, attn_v_b), queries directly or through their own low-rank projection.
+void mla_attention(LayoutBuilder & b, const SynthShape & s, uint32_t il) {
+    auto n = [il](const std::string & rest) { return LayoutBuilder::blk(il, rest); };
+    const int64_t q = int64_t(s.head_dim) * s.n_head;
+    if (s.q_lora_rank > 0) {
+        b.matmul(n("attn_q_a.weight"), s.n_embd, s.q_lora_rank, "attn");
+        b.add_f32(n("attn_q_a_norm.weight"), {s.q_lora_rank}, near_one());
+        b.matmul(n("attn_q_b.weight"), s.q_lora_rank, q, "attn");
+    } else {
+        b.matmul(n("attn_q.weight"), s.n_embd, q, "attn");
+    }
+    b.matmul(n("attn_kv_a_mqa.weight"), s.n_embd, s.kv_lora_rank + s.qk_rope_dim, "attn");
+    b.add_f32(n("attn_kv_a_norm.weight"), {s.kv_lora_rank}, near_one());
+    const int64_t qk_nope = s.head_dim - s.qk_rope_dim;
+    b.add(n("attn_k_b.weight"), {qk_nope, s.kv_lora_rank, s.n_head}, "attn", projection(qk_nope));
+    b.add(n("attn_v_b.weight"), {s.kv_lora_rank, s.v_head_dim, s.n_head}, "attn", projection(s.kv_lora_rank));
+    b.matmul(n("attn_output.weight"), int64_t(s.v_head_dim) * s.n_head, s.n_embd, "attn");
+}
+
+void layout_deepseek2(const SynthConfig & cfg, int64_t n_vocab, ModelLayout & out) {
+    const auto & s = cfg.shape;
+    LayoutBuilder b(cfg, out);
+    out.write_metadata = [cfg](gguf_context * g) { write_deepseek2_kv(g, cfg); };
+    b.embeddings(n_vocab);
+    for (uint32_t il = 0; il < s.n_layer; ++il) {
+        auto n = [il](const std::string & rest) { return LayoutBuilder::blk(il, rest); };
+        b.add_f32(n("attn_norm.weight"), {s.n_embd}, near_one());
+        mla_attention(b, s, il);
+        b.add_f32(n("ffn_norm.weight"), {s.n_embd}, near_one());
+        if (il < s.n_dense_lead) {
+            b.dense_ffn(il);
+            continue;
+        }
+        b.routed_experts(il);
+        if (s.sigmoid_gating) {
+            // Added to the sigmoid scores for selection only: shifts which experts win.
+            b.add_f32(n("exp_probs_b.bias"), {s.n_expert}, ValueDist{0.0f, 0.05f});
+        }
+        b.shared_experts(il, int64_t(s.n_ff_exp) * s.n_expert_shared);
     }
     b.head(n_vocab);
 }
@@ -220,8 +359,13 @@ ModelLayout build_layout(const SynthConfig & cfg, int64_t n_vocab) {
         layout_olmoe(cfg, n_vocab, out);
     } else if (cfg.shape.arch == "qwen35moe") {
         layout_qwen35moe(cfg, n_vocab, out);
+    } else if (cfg.shape.arch == "gpt-oss") {
+        layout_gpt_oss(cfg, n_vocab, out);
+    } else if (cfg.shape.arch == "deepseek2") {
+        layout_deepseek2(cfg, n_vocab, out);
     } else {
-        throw Error("unknown architecture '" + cfg.shape.arch + "' (supported: qwen35moe, qwen3moe, olmoe)");
+        throw Error("unknown architecture '" + cfg.shape.arch +
+                    "' (supported: qwen35moe, qwen3moe, olmoe, gpt-oss, deepseek2)");
     }
     return out;
 }

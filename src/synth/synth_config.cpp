@@ -33,6 +33,38 @@ SynthShape olmoe_shape() {
     return s;
 }
 
+// gpt-oss as OpenAI ships it: 128-token sliding window on every other layer, YaRN x32 over a
+// 4096-token original context.
+SynthShape gpt_oss_shape() {
+    SynthShape s;
+    s.arch = "gpt-oss";
+    s.rope_theta = 150000.0f;
+    s.rms_eps = 1e-5f;
+    s.n_ctx_train = 131072;
+    s.rope_yarn_factor = 32.0f;
+    s.rope_yarn_orig_ctx = 4096;
+    s.n_swa = 128;
+    s.head_dim = 64;
+    return s;
+}
+
+// deepseek2: multi-head latent attention (one latent kv head), a dense first layer, shared
+// experts. Routing defaults to DeepSeek-V2's softmax; the tiny preset uses V3's sigmoid + bias.
+SynthShape deepseek2_shape() {
+    SynthShape s;
+    s.arch = "deepseek2";
+    s.rope_theta = 1e4f;
+    s.rms_eps = 1e-6f;
+    s.n_head_kv = 1;
+    s.n_dense_lead = 1;
+    s.n_expert_shared = 2;
+    s.qk_rope_dim = 64;
+    s.v_head_dim = 128;
+    s.head_dim = 192;
+    s.kv_lora_rank = 512;
+    return s;
+}
+
 struct Preset {
     const char * name;
     const char * description;
@@ -46,6 +78,14 @@ SynthConfig with(SynthShape s, const char * preset, const char * vocab) {
     c.vocab = vocab;
     c.quant = make_quant_preset("mixed");
     c.quant_name = "mixed";
+    return c;
+}
+
+SynthConfig with_mxfp4(SynthShape s, const char * preset) {
+    // No o200k tokenizer ships with the pinned tree: Llama 3's is the nearest (a 128k tiktoken BPE).
+    SynthConfig c = with(s, preset, "llama-bpe");
+    c.quant = make_quant_preset("mxfp4_moe");
+    c.quant_name = "mxfp4_moe";
     return c;
 }
 
@@ -73,6 +113,26 @@ const std::vector<Preset> & presets() {
              s.n_layer = 4, s.n_embd = 256, s.n_expert = 16, s.n_expert_used = 2, s.n_ff_exp = 256;
              s.n_head = 4, s.n_head_kv = 4, s.head_dim = 64;
              return with(s, "tiny-olmoe", "gpt-neox");
+         }},
+        {"tiny-gpt-oss",
+         "test model: gpt-oss, 4 layers (sliding window 128 on even layers), n_embd 256, 32 experts top-4, "
+         "MXFP4 experts",
+         [] {
+             SynthShape s = gpt_oss_shape();
+             s.n_layer = 4, s.n_embd = 256, s.n_expert = 32, s.n_expert_used = 4, s.n_ff_exp = 256;
+             s.n_head = 4, s.n_head_kv = 2;
+             return with_mxfp4(s, "tiny-gpt-oss");
+         }},
+        {"tiny-deepseek2",
+         "test model: deepseek2 (latent attention), 4 layers (the first dense), n_embd 256, 32 experts top-4 + 2 "
+         "shared, DeepSeek-V3 routing (sigmoid, selection bias, normalised, scaled)",
+         [] {
+             SynthShape s = deepseek2_shape();
+             s.n_layer = 4, s.n_embd = 256, s.n_expert = 32, s.n_expert_used = 4, s.n_ff_exp = 256, s.n_ff = 512;
+             s.n_head = 4, s.head_dim = 96, s.qk_rope_dim = 32, s.v_head_dim = 64;
+             s.q_lora_rank = 128, s.kv_lora_rank = 128;
+             s.sigmoid_gating = true, s.expert_weights_norm = true, s.expert_weights_scale = 2.5f;
+             return with(s, "tiny-deepseek2", "deepseek-llm");
          }},
         {"demo", "demo model (~0.7 GB): qwen3moe, 8 layers, n_embd 1024, 64 experts top-8",
          [] {
@@ -107,6 +167,26 @@ const std::vector<Preset> & presets() {
              s.n_head = 16, s.n_head_kv = 16, s.head_dim = 128;
              return with(s, "olmoe-1b-7b", "gpt-neox");
          }},
+        {"gpt-oss-20b",
+         "gpt-oss-20b shape (~12 GB, MXFP4 experts): 24 layers, n_embd 2880, 32 experts top-4, expert ff 2880, 64 "
+         "heads / 8 kv heads of 64, sliding window 128 on even layers; tokenizer: Llama 3's 128k BPE (the pinned "
+         "tree ships no o200k vocabulary)",
+         [] {
+             SynthShape s = gpt_oss_shape();
+             s.n_layer = 24, s.n_embd = 2880, s.n_expert = 32, s.n_expert_used = 4, s.n_ff_exp = 2880;
+             s.n_head = 64, s.n_head_kv = 8;
+             return with_mxfp4(s, "gpt-oss-20b");
+         }},
+        {"deepseek-v2-lite",
+         "DeepSeek-V2-Lite shape (~11 GB mixed): 27 layers (the first dense, ff 10944), n_embd 2048, 64 experts "
+         "top-6 + 2 shared, expert ff 1408 (down projections fall back to Q8_0/Q5_0 as llama-quantize does), "
+         "latent attention (kv rank 512), softmax routing",
+         [] {
+             SynthShape s = deepseek2_shape();
+             s.n_layer = 27, s.n_embd = 2048, s.n_expert = 64, s.n_expert_used = 6, s.n_ff_exp = 1408, s.n_ff = 10944;
+             s.n_head = 16, s.n_ctx_train = 163840, s.rope_yarn_factor = 40.0f, s.rope_yarn_orig_ctx = 4096;
+             return with(s, "deepseek-v2-lite", "deepseek-llm");
+         }},
     };
     return all;
 }
@@ -128,10 +208,79 @@ ggml_type QuantPlan::get(const std::string & kind) const {
     return it->second;
 }
 
+namespace {
+
+// llama-quantize's tensor_type_fallback: the type it writes instead when a row is not whole
+// blocks of the target type.
+ggml_type llama_quantize_fallback(ggml_type t) {
+    switch (t) {
+        case GGML_TYPE_IQ1_S:
+        case GGML_TYPE_IQ1_M:
+        case GGML_TYPE_IQ2_XXS:
+        case GGML_TYPE_IQ2_XS:
+        case GGML_TYPE_IQ2_S:
+        case GGML_TYPE_IQ3_XXS:
+        case GGML_TYPE_IQ3_S:
+        case GGML_TYPE_IQ4_XS: return GGML_TYPE_IQ4_NL;
+        case GGML_TYPE_Q2_0:
+        case GGML_TYPE_Q2_K:
+        case GGML_TYPE_Q3_K:
+        case GGML_TYPE_TQ1_0:
+        case GGML_TYPE_TQ2_0: return GGML_TYPE_Q4_0;
+        case GGML_TYPE_Q4_K: return GGML_TYPE_Q5_0;
+        case GGML_TYPE_Q5_K: return GGML_TYPE_Q5_1;
+        case GGML_TYPE_Q6_K: return GGML_TYPE_Q8_0;
+        // 32-blocks have nothing smaller to go to; llama-quantize stops on Q1_0 and NVFP4 (no
+        // fallback defined), where F16 (the check below) is the answer that still writes a model.
+        default: return t;
+    }
+}
+
+}  // namespace
+
+ggml_type QuantPlan::for_row(const std::string & kind, int64_t n_per_row) const {
+    const ggml_type t = get(kind);
+    if (n_per_row % ggml_blck_size(t) == 0) {
+        return t;
+    }
+    if (chosen.count(kind) != 0) {
+        throw Error("cannot store " + kind + " as " + ggml_type_name(t) + ": its rows have " +
+                    std::to_string(n_per_row) + " values, not a multiple of the type's block size " +
+                    std::to_string(ggml_blck_size(t)) + "; choose another --type " + kind + "=TYPE or shape");
+    }
+    const ggml_type f = llama_quantize_fallback(t);
+    return n_per_row % ggml_blck_size(f) == 0 ? f : GGML_TYPE_F16;
+}
+
+void QuantPlan::choose(const std::string & kind, ggml_type type) {
+    types[kind] = type;
+    chosen.insert(kind);
+}
+
 const std::vector<std::string> & quant_kinds() {
-    static const std::vector<std::string> kinds = {
-        "token_embd", "output", "attn", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_down_exps_alt", "shexp"};
+    static const std::vector<std::string> kinds = {"token_embd",        "output",      "attn",
+                                                   "ffn_gate_exps",     "ffn_up_exps", "ffn_down_exps",
+                                                   "ffn_down_exps_alt", "shexp",       "ffn"};
     return kinds;
+}
+
+const std::vector<std::string> & expert_kinds() {
+    static const std::vector<std::string> kinds = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
+                                                   "ffn_down_exps_alt"};
+    return kinds;
+}
+
+const std::vector<ggml_type> & expert_quant_types() {
+    // llama-quantize's presets cover all but NVFP4, which it writes only through --tensor-type
+    // (which accepts any ggml type). Q8_1 and Q8_K are activation formats with no dot product
+    // against themselves, so they are not weight types.
+    static const std::vector<ggml_type> types = {
+        GGML_TYPE_F32,     GGML_TYPE_F16,    GGML_TYPE_Q4_0,    GGML_TYPE_Q4_1,  GGML_TYPE_Q5_0,   GGML_TYPE_Q5_1,
+        GGML_TYPE_Q8_0,    GGML_TYPE_Q2_K,   GGML_TYPE_Q3_K,    GGML_TYPE_Q4_K,  GGML_TYPE_Q5_K,   GGML_TYPE_Q6_K,
+        GGML_TYPE_IQ2_XXS, GGML_TYPE_IQ2_XS, GGML_TYPE_IQ3_XXS, GGML_TYPE_IQ1_S, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ3_S,
+        GGML_TYPE_IQ2_S,   GGML_TYPE_IQ4_XS, GGML_TYPE_IQ1_M,   GGML_TYPE_BF16,  GGML_TYPE_TQ1_0,  GGML_TYPE_TQ2_0,
+        GGML_TYPE_MXFP4,   GGML_TYPE_NVFP4,  GGML_TYPE_Q1_0,    GGML_TYPE_Q2_0};
+    return types;
 }
 
 std::vector<PresetInfo> list_presets() {
@@ -144,7 +293,8 @@ std::vector<PresetInfo> list_presets() {
 
 std::vector<std::string> list_quant_presets() {
     return {"mixed (experts Q4_K, down Q6_K in the first half of the layers and Q4_K in the rest: two expert sizes)",
-            "any ggml type name, e.g. q4_k, q5_k, q6_k, q8_0, q4_0, f16, f32 (all experts that type)"};
+            "mxfp4_moe (experts MXFP4, the other matrices Q8_0, like the gpt-oss releases)",
+            "any ggml type name, e.g. q4_k, q5_k, q6_k, q8_0, q4_0, iq2_xxs, mxfp4, f16, f32 (all experts that type)"};
 }
 
 SynthConfig make_preset(const std::string & name) {
@@ -181,7 +331,16 @@ QuantPlan make_quant_preset(const std::string & name) {
     q.types = {{"token_embd", GGML_TYPE_Q4_K},
                {"output", GGML_TYPE_Q6_K},
                {"attn", GGML_TYPE_Q8_0},
-               {"shexp", GGML_TYPE_Q8_0}};
+               {"shexp", GGML_TYPE_Q8_0},
+               {"ffn", GGML_TYPE_Q8_0}};
+    if (lower(name) == "mxfp4_moe") {
+        q.types["token_embd"] = GGML_TYPE_Q8_0;
+        q.types["output"] = GGML_TYPE_Q8_0;
+        for (const auto & k : expert_kinds()) {
+            q.types[k] = GGML_TYPE_MXFP4;
+        }
+        return q;
+    }
     if (lower(name) == "mixed") {
         q.types["ffn_gate_exps"] = GGML_TYPE_Q4_K;
         q.types["ffn_up_exps"] = GGML_TYPE_Q4_K;
@@ -194,21 +353,44 @@ QuantPlan make_quant_preset(const std::string & name) {
         t = parse_ggml_type(name);
     } catch (const Error &) {
         throw Error("unknown quant preset '" + name +
-                    "'; use 'mixed' or a ggml type name such as q4_k, q6_k, q8_0, f16");
+                    "'; use 'mixed', 'mxfp4_moe' or a ggml type name such as q4_k, q6_k, q8_0, f16");
     }
-    for (const char * k : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_down_exps_alt"}) {
-        q.types[k] = t;
+    // The user named this type for the experts: a shape it does not fit is an error, not a fallback.
+    for (const auto & k : expert_kinds()) {
+        q.choose(k, t);
     }
     return q;
 }
 
+namespace {
+
+void need(bool ok, const std::string & msg) {
+    if (!ok) {
+        throw Error("invalid model shape: " + msg);
+    }
+}
+
+void validate_gpt_oss(const SynthShape & s) {
+    need(s.n_swa >= 1, "gpt-oss needs a sliding window (--sliding-window)");
+    need(!s.tie_embeddings, "gpt-oss always has a separate output.weight: --tie-embeddings is not supported");
+}
+
+void validate_deepseek2(const SynthShape & s) {
+    need(s.n_dense_lead < s.n_layer, "--dense-layers must leave at least one MoE layer");
+    need(s.n_dense_lead == 0 || s.n_ff >= 1, "--dense-ff must be positive when there are dense layers");
+    need(s.n_expert_shared >= 1, "deepseek2 always has shared experts: --shared-experts must be positive");
+    need(s.n_head_kv == 1, "deepseek2's latent attention caches one kv head: --heads-kv must be 1");
+    need(s.kv_lora_rank >= 1 && s.v_head_dim >= 1, "deepseek2 needs a kv rank and a value head size");
+    need(s.qk_rope_dim >= 2 && s.qk_rope_dim % 2 == 0 && s.qk_rope_dim < s.head_dim,
+         "deepseek2's rotary part of the head must be even and smaller than --head-dim");
+}
+
+}  // namespace
+
+// Row lengths against block sizes are checked where each tensor gets its type
+// (QuantPlan::for_row, from build_layout), which knows every tensor's shape.
 void validate(const SynthConfig & cfg) {
     const auto & s = cfg.shape;
-    auto need = [](bool ok, const std::string & msg) {
-        if (!ok) {
-            throw Error("invalid model shape: " + msg);
-        }
-    };
     need(s.n_layer >= 1 && s.n_layer <= 512, "--layers must be 1..512");
     need(s.n_embd >= 32, "--embd must be at least 32");
     need(s.n_expert >= 2 && s.n_expert <= 1024, "--experts must be 2..1024");
@@ -228,27 +410,11 @@ void validate(const SynthConfig & cfg) {
         need(s.ssm_n_v_heads % s.ssm_n_k_heads == 0, "--ssm-v-heads must be a multiple of --ssm-k-heads");
         need(s.ssm_head_k_dim == s.ssm_head_v_dim, "the gated delta net needs key and value head sizes equal");
     }
-    // Every tensor's row must be whole blocks of its type.
-    auto row_ok = [&](const std::string & kind, int64_t n_in) {
-        const ggml_type t = cfg.quant.get(kind);
-        if (n_in % ggml_blck_size(t) != 0) {
-            throw Error("cannot store " + kind + " as " + ggml_type_name(t) + ": its rows have " +
-                        std::to_string(n_in) + " values, not a multiple of the type's block size " +
-                        std::to_string(ggml_blck_size(t)) + "; choose another --type " + kind + "=TYPE or shape");
-        }
-    };
-    row_ok("token_embd", s.n_embd);
-    row_ok("output", s.n_embd);
-    row_ok("attn", s.n_embd);
-    row_ok("attn", int64_t(s.head_dim) * s.n_head);
-    row_ok("ffn_gate_exps", s.n_embd);
-    row_ok("ffn_up_exps", s.n_embd);
-    row_ok("ffn_down_exps", s.n_ff_exp);
-    row_ok("ffn_down_exps_alt", s.n_ff_exp);
-    if (s.arch == "qwen35moe") {
-        row_ok("attn", int64_t(s.ssm_head_v_dim) * s.ssm_n_v_heads);
-        row_ok("shexp", s.n_embd);
-        row_ok("shexp", s.n_ff_shexp);
+    if (s.arch == "gpt-oss") {
+        validate_gpt_oss(s);
+    }
+    if (s.arch == "deepseek2") {
+        validate_deepseek2(s);
     }
 }
 

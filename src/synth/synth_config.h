@@ -6,13 +6,14 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace epq {
 
 struct SynthShape {
-    std::string arch;  // qwen35moe, qwen3moe, olmoe
+    std::string arch;  // qwen35moe, qwen3moe, olmoe, gpt-oss, deepseek2
     uint32_t n_layer = 0;
     uint32_t n_embd = 0;
     uint32_t n_expert = 0;
@@ -25,7 +26,28 @@ struct SynthShape {
     uint32_t n_ctx_train = 4096;
     float rope_theta = 1e6f;
     float rms_eps = 1e-6f;
-    bool tie_embeddings = false;  // no output.weight: the head reuses token_embd
+    bool tie_embeddings = false;    // no output.weight: the head reuses token_embd
+    float rope_yarn_factor = 0.0f;  // > 0: YaRN context extension, as the real models ship it
+    uint32_t rope_yarn_orig_ctx = 0;
+
+    // DeepSeek-style layers: dense FFN in the first layers, shared experts beside the routed ones
+    uint32_t n_dense_lead = 0;     // leading_dense_block_count
+    uint32_t n_ff = 0;             // hidden size of those dense FFNs
+    uint32_t n_expert_shared = 0;  // shared experts, each n_ff_exp wide
+    // Routing: softmax over all experts, or (DeepSeek-V3 style) sigmoid scores plus a per-expert
+    // selection bias (exp_probs_b), the selected weights renormalised and scaled.
+    bool sigmoid_gating = false;
+    bool expert_weights_norm = false;
+    float expert_weights_scale = 1.0f;
+
+    // deepseek2's multi-head latent attention; head_dim is the query/key head (nope + rope)
+    uint32_t q_lora_rank = 0;  // 0: queries projected directly (the Lite models)
+    uint32_t kv_lora_rank = 0;
+    uint32_t qk_rope_dim = 0;
+    uint32_t v_head_dim = 0;
+
+    // gpt-oss: alternating sliding-window (even layers) and full attention
+    uint32_t n_swa = 0;
 
     // qwen35moe's gated-delta-net (linear attention) layers
     uint32_t full_attn_interval = 4;  // every Nth layer is full attention, the rest recurrent
@@ -39,10 +61,20 @@ struct SynthShape {
 // Tensor kinds a user can give a type to with --type KIND=TYPE.
 //   token_embd, output, attn (every dense projection: attention and linear attention),
 //   ffn_gate_exps, ffn_up_exps, ffn_down_exps, ffn_down_exps_alt (down in the second half of
-//   the layers: differing from ffn_down_exps gives two expert sizes), shexp, router, norm
+//   the layers: differing from ffn_down_exps gives two expert sizes), shexp, ffn (dense FFN
+//   layers)
 struct QuantPlan {
     std::map<std::string, ggml_type> types;
+    // Kinds whose type the user chose. The others are defaults: where a row does not fit their
+    // block, they fall back as llama-quantize does (Q4_K -> Q5_0, Q6_K -> Q8_0, ...) so a preset
+    // works for any shape; a chosen type that does not fit is an error.
+    std::set<std::string> chosen;
+
     ggml_type get(const std::string & kind) const;
+    // The type a tensor of `kind` with rows of `n_per_row` values is stored as; throws
+    // epq::Error naming the kind when a chosen type does not fit.
+    ggml_type for_row(const std::string & kind, int64_t n_per_row) const;
+    void choose(const std::string & kind, ggml_type type);
 };
 
 struct SynthConfig {
@@ -69,6 +101,11 @@ QuantPlan make_quant_preset(const std::string & name);
 
 // Kinds accepted by --type, and parsing a type name ("q4_k", "Q6_K", "f16", ...).
 const std::vector<std::string> & quant_kinds();
+// The four kinds that make up a routed expert (what --quant TYPE and --type experts=TYPE set).
+const std::vector<std::string> & expert_kinds();
+// Every type llama-quantize of the pinned tree can write for expert tensors (its --type presets
+// and --tensor-type names), in ggml's order: what "every expert type" means to tests and tools.
+const std::vector<ggml_type> & expert_quant_types();
 ggml_type parse_ggml_type(const std::string & name);  // throws epq::Error
 
 // Checks the shape for what llama.cpp and the chosen types require; throws epq::Error.

@@ -20,6 +20,21 @@ int64_t unit_elements(ggml_type type, int64_t n_per_row) {
     return u;
 }
 
+// The types llama-quantize refuses to write without an importance matrix (its
+// tensor_requires_imatrix): ggml's own list plus IQ3_XXS, IQ2_S and IQ1_M, which ggml would
+// quantize without one but no real file is made that way.
+bool wants_imatrix(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_IQ3_XXS:
+        case GGML_TYPE_IQ2_XXS:
+        case GGML_TYPE_IQ2_XS:
+        case GGML_TYPE_IQ2_S:
+        case GGML_TYPE_IQ1_M:
+        case GGML_TYPE_IQ1_S: return true;
+        default: return ggml_quantize_requires_imatrix(type);
+    }
+}
+
 uint32_t pool_units_for(int64_t n_units) {
     uint32_t p = 256;
     while (p < 32768 && static_cast<int64_t>(p) * 16 < n_units) {
@@ -62,10 +77,15 @@ std::vector<uint8_t> quantize_values(ggml_type type, const std::vector<float> & 
                                   static_cast<int64_t>(values.size()));
         return out;
     }
+    // An imatrix is the per-column mean of the squared activations a weight meets. A synthetic
+    // model's matrices read order-one activations with no column favoured (RMS-normed hidden
+    // states, attention and SwiGLU outputs of N(0, 1/n) weights), so that mean is about 1 in
+    // every column: all ones is what an imatrix run on these weights would measure.
     std::vector<float> imatrix;
-    if (ggml_quantize_requires_imatrix(type)) {
+    if (wants_imatrix(type)) {
         imatrix.assign(static_cast<size_t>(n_per_row), 1.0f);
     }
+    // ggml_quantize_chunk runs ggml_quantize_init (the IQ grids) itself before quantizing.
     ggml_quantize_chunk(type, values.data(), out.data(), 0, nrows, n_per_row,
                         imatrix.empty() ? nullptr : imatrix.data());
     return out;

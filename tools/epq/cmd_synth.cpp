@@ -5,6 +5,7 @@
 #include "util/error.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 
 namespace epq::cli {
@@ -19,6 +20,30 @@ std::string preset_help() {
     return s;
 }
 
+// --type KIND=TYPE: the user chose these types, so a shape they do not fit is an error.
+void apply_type(QuantPlan & plan, const std::string & kv) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos) {
+        throw Error("--type expects KIND=TYPE, got '" + kv + "'");
+    }
+    const std::string kind = kv.substr(0, eq);
+    const ggml_type t = parse_ggml_type(kv.substr(eq + 1));
+    const auto & kinds = quant_kinds();
+    if (kind == "experts") {
+        for (const auto & k : expert_kinds()) {
+            plan.choose(k, t);
+        }
+    } else if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) {
+        plan.choose(kind, t);
+    } else {
+        std::string names = "experts";
+        for (const auto & k : kinds) {
+            names += ", " + k;
+        }
+        throw Error("unknown tensor kind '" + kind + "' in --type; kinds: " + names);
+    }
+}
+
 }  // namespace
 
 Handler add_synth(CLI::App & app) {
@@ -31,6 +56,8 @@ Handler add_synth(CLI::App & app) {
         uint32_t layers = 0, embd = 0, experts = 0, experts_used = 0, expert_ff = 0, shared_ff = 0;
         uint32_t heads = 0, heads_kv = 0, head_dim = 0, ctx_train = 0, full_attn_interval = 0;
         uint32_t ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_conv = 0;
+        uint32_t shared_experts = 0, dense_ff = 0, sliding_window = 0;
+        int64_t dense_layers = -1;  // 0 is a valid choice (every layer MoE), so unset is -1
         bool tie = false, untie = false, quiet = false;
         std::string vocab;
     };
@@ -40,19 +67,24 @@ Handler add_synth(CLI::App & app) {
     sub->add_option("--seed", o->seed, "random seed: the same arguments always give a byte-identical file")
         ->capture_default_str();
     sub->add_option("--quant", o->quant,
-                    "expert quantization: 'mixed' (default: Q4_K gate/up, down Q6_K in the first half of the "
-                    "layers and Q4_K in the rest) or one ggml type for every expert (q4_k, q5_k, q6_k, q8_0, q4_0, "
-                    "f16, f32, ...)");
+                    "expert quantization: 'mixed' (the default of most presets: Q4_K gate/up, down Q6_K in the first "
+                    "half of the layers and Q4_K in the rest), 'mxfp4_moe' (gpt-oss's default: MXFP4 experts, Q8_0 "
+                    "dense) or one ggml type for every expert (q4_k, q6_k, q8_0, iq2_xxs, tq1_0, mxfp4, f16, ...)");
     sub->add_option("--type", o->types,
                     "KIND=TYPE, repeatable; kinds: token_embd, output, attn, ffn_gate_exps, ffn_up_exps, "
-                    "ffn_down_exps, ffn_down_exps_alt (down in the second half of the layers), shexp, "
-                    "experts (all four expert kinds)");
+                    "ffn_down_exps, ffn_down_exps_alt (down in the second half of the layers), shexp, ffn (dense "
+                    "FFN layers), experts (all four expert kinds)");
     sub->add_option("--layers", o->layers, "number of layers");
     sub->add_option("--embd", o->embd, "hidden size (n_embd)");
     sub->add_option("--experts", o->experts, "routed experts per layer");
     sub->add_option("--experts-used", o->experts_used, "experts selected per token (top-k)");
     sub->add_option("--expert-ff", o->expert_ff, "routed expert hidden size");
     sub->add_option("--shared-ff", o->shared_ff, "shared expert hidden size (qwen35moe)");
+    sub->add_option("--shared-experts", o->shared_experts, "deepseek2: shared experts, each --expert-ff wide");
+    sub->add_option("--dense-layers", o->dense_layers, "deepseek2: leading layers with a dense FFN instead of experts")
+        ->check(CLI::NonNegativeNumber);
+    sub->add_option("--dense-ff", o->dense_ff, "deepseek2: hidden size of those dense FFNs");
+    sub->add_option("--sliding-window", o->sliding_window, "gpt-oss: attention window of the even layers");
     sub->add_option("--heads", o->heads, "attention heads");
     sub->add_option("--heads-kv", o->heads_kv, "key/value heads");
     sub->add_option("--head-dim", o->head_dim, "attention head size");
@@ -75,26 +107,7 @@ Handler add_synth(CLI::App & app) {
             cfg.quant_name = o->quant;
         }
         for (const auto & kv : o->types) {
-            const auto eq = kv.find('=');
-            if (eq == std::string::npos) {
-                throw Error("--type expects KIND=TYPE, got '" + kv + "'");
-            }
-            const std::string kind = kv.substr(0, eq);
-            const ggml_type t = parse_ggml_type(kv.substr(eq + 1));
-            const auto & kinds = quant_kinds();
-            if (kind == "experts") {
-                for (const char * k : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_down_exps_alt"}) {
-                    cfg.quant.types[k] = t;
-                }
-            } else if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) {
-                cfg.quant.types[kind] = t;
-            } else {
-                std::string names = "experts";
-                for (const auto & k : kinds) {
-                    names += ", " + k;
-                }
-                throw Error("unknown tensor kind '" + kind + "' in --type; kinds: " + names);
-            }
+            apply_type(cfg.quant, kv);
             cfg.quant_name += (cfg.quant_name.empty() ? "" : ",") + kv;
         }
         auto & s = cfg.shape;
@@ -119,6 +132,12 @@ Handler add_synth(CLI::App & app) {
         set(o->ssm_k_heads, s.ssm_n_k_heads);
         set(o->ssm_v_heads, s.ssm_n_v_heads);
         set(o->ssm_conv, s.ssm_d_conv);
+        set(o->shared_experts, s.n_expert_shared);
+        set(o->dense_ff, s.n_ff);
+        set(o->sliding_window, s.n_swa);
+        if (o->dense_layers >= 0) {
+            s.n_dense_lead = static_cast<uint32_t>(std::min<int64_t>(o->dense_layers, UINT32_MAX));
+        }
         if (o->tie && o->untie) {
             throw Error("--tie-embeddings and --untie-embeddings contradict each other");
         }
