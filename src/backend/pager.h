@@ -81,12 +81,23 @@ public:
     // Reads part of an expert tensor's bytes straight from the file (ggml get_tensor).
     void read_tensor(const ggml_tensor * t, void * data, size_t offset, size_t size) const;
 
-    // One expert's forward through the arena, as llama.cpp's graph computes it: gate and up
-    // MUL_MAT_ID, SwiGLU, down MUL_MAT_ID, times the routing weight. For `epq verify kernel`.
-    struct ExpertForward {
-        std::vector<float> gate, up, h, down, out;
+    // One expert's forward through the arena, as llama.cpp's build_moe_ffn computes it: gate and
+    // up MUL_MAT_ID (or one fused gate_up and its halves), their biases, the activation, down
+    // MUL_MAT_ID and its bias, and the routing weight (before the FFN, or on its output).
+    // For `epq verify kernel`, whose reference computes the same from the file.
+    enum class Activation { swiglu, swiglu_oai, geglu, reglu, silu, gelu, relu, relu_sqr };
+    struct ExpertForwardSpec {
+        Activation act = Activation::swiglu;
+        float alpha = 0.0f, limit = 0.0f;  // swiglu_oai
+        bool weight_before_ffn = false;
+        // This expert's biases (a fused gate_up's split into its halves); empty when there are none.
+        std::vector<float> gate_b, up_b, down_b;
     };
-    ExpertForward expert_forward(int layer, int32_t expert, const std::vector<float> & x, float weight);
+    struct ExpertForward {
+        std::vector<float> gate, up, h, down, out;  // gate and up after their biases
+    };
+    ExpertForward expert_forward(int layer, int32_t expert, const std::vector<float> & x, float weight,
+                                 const ExpertForwardSpec & spec);
 
     void set_n_threads(int n);
     // Reads experts in file order until the arena is full (or holds them all), many reads in

@@ -8,6 +8,29 @@
 
 namespace epq {
 
+std::string status_label(Status s) {
+    switch (s) {
+        case Status::Pass: return "PASS";
+        case Status::NotChecked: return "NOT CHECKED";
+        case Status::Fail: break;
+    }
+    return "FAIL";
+}
+
+Status status_from_label(const std::string & label) {
+    if (label == "PASS") {
+        return Status::Pass;
+    }
+    return label == "NOT CHECKED" ? Status::NotChecked : Status::Fail;
+}
+
+Status combine(Status a, Status b) {
+    if (a == Status::Fail || b == Status::Fail) {
+        return Status::Fail;
+    }
+    return a == Status::NotChecked || b == Status::NotChecked ? Status::NotChecked : Status::Pass;
+}
+
 std::string fmt_float(double v) {
     if (v == 0.0) {
         return "0.0";
@@ -24,7 +47,8 @@ void CheckReport::write(const std::string & dir) const {
     std::ofstream js(dir + "/" + check + ".json");
     nlohmann::json j = json;
     j["check"] = check;
-    j["pass"] = pass;
+    j["status"] = status_label(status);
+    j["pass"] = status == Status::Pass;
     j["summary"] = summary;
     js << j.dump(2) << "\n";
     if (!md || !js) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "ggml-backend.h"
+#include "verify/ref_moe.h"
 
 #include <cstdint>
 #include <map>
@@ -20,6 +21,19 @@ struct MoeLayerCapture {
     std::vector<int32_t> ids;    // [n_tokens][n_used]
     std::vector<float> weights;  // [n_tokens][n_used], as they multiply the expert outputs
     std::vector<float> output;   // [n_tokens][n_embd], ffn_moe_out
+
+    // Every named ffn_moe_* node of the layer's graph (seen when the scheduler asks whether to
+    // observe it; not observed, so the computation is not split there): what the experts did.
+    struct Node {
+        int op = 0;
+        int32_t params[4] = {0, 0, 0, 0};
+        int src0_op = 0;
+    };
+    std::map<std::string, Node> nodes;
+
+    // The expert recipe this layer's graph shows (the activation and its parameters, where the
+    // routing weight applies); recipe.unsupported says what the reference cannot recompute.
+    ref::ExpertRecipe recipe() const;
 };
 
 class MoeCapture {
@@ -29,5 +43,9 @@ public:
 
     std::map<int, MoeLayerCapture> layers;
 };
+
+// How this build's CPU backend rounds Q8_0/Q8_1 activations (see ref::Q8Rounding): decided by
+// the SIMD code ggml-cpu was compiled with.
+ref::Q8Rounding cpu_q8_rounding();
 
 }  // namespace epq

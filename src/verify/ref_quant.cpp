@@ -1,5 +1,6 @@
 #include "verify/ref_quant.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -326,6 +327,47 @@ void block_mxfp4(const uint8_t * b, float * y) {
     }
 }
 
+// A byte holding trits (base 3) as a fraction of 256: multiplying by 3^n (mod 256) brings trit
+// n to the top, and (q * 3) >> 8 reads it. Values are trit - 1 in {-1, 0, 1}, times d.
+float trit(uint8_t byte, int n, float d) {
+    static const uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+    const auto q = static_cast<uint8_t>(byte * kPow3[n]);
+    return static_cast<float>(((q * 3) >> 8) - 1) * d;
+}
+
+// TQ1_0: 48 bytes of 5 trits (the first 32 bytes cover 160 values, the next 16 cover 80), then 4
+// bytes of 4 trits (16 values), then fp16 d.
+void block_tq1_0(const uint8_t * b, float * y) {
+    const uint8_t * qs = b;
+    const uint8_t * qh = b + 48;
+    const float d = fp16_to_f32(u16(b + 52));
+    for (int j0 = 0, width = 32; j0 < 48; j0 += width, width = 16) {
+        for (int n = 0; n < 5; ++n) {
+            for (int m = 0; m < width; ++m) {
+                *y++ = trit(qs[j0 + m], n, d);
+            }
+        }
+    }
+    for (int n = 0; n < 4; ++n) {
+        for (int j = 0; j < 4; ++j) {
+            *y++ = trit(qh[j], n, d);
+        }
+    }
+}
+
+// TQ2_0: 64 bytes of four 2-bit codes (value code - 1), each 32-byte half giving 4 runs of 32
+// values (bits 0-1 of every byte, then 2-3, ...), then fp16 d.
+void block_tq2_0(const uint8_t * b, float * y) {
+    const float d = fp16_to_f32(u16(b + 64));
+    for (int j = 0; j < 64; j += 32) {
+        for (int l = 0; l < 4; ++l) {
+            for (int m = 0; m < 32; ++m) {
+                *y++ = static_cast<float>(((b[j + m] >> (2 * l)) & 3) - 1) * d;
+            }
+        }
+    }
+}
+
 struct Format {
     int type;
     const char * name;
@@ -340,8 +382,27 @@ const Format kFormats[] = {
     {Q3_K, "q3_K", 256, 110, block_q3_k},     {Q4_K, "q4_K", 256, 144, block_q4_k},
     {Q5_K, "q5_K", 256, 176, block_q5_k},     {Q6_K, "q6_K", 256, 210, block_q6_k},
     {IQ4_NL, "iq4_nl", 32, 18, block_iq4_nl}, {IQ4_XS, "iq4_xs", 256, 136, block_iq4_xs},
-    {MXFP4, "mxfp4", 32, 17, block_mxfp4},
+    {MXFP4, "mxfp4", 32, 17, block_mxfp4},    {TQ1_0, "tq1_0", 256, 54, block_tq1_0},
+    {TQ2_0, "tq2_0", 256, 66, block_tq2_0},
 };
+
+// Names of the GGUF types the reference has no definition for (the grid-based i-quants need
+// ggml's large codebooks), so that reports can say which one.
+const char * unsupported_name(int type) {
+    switch (type) {
+        case 16: return "iq2_xxs";
+        case 17: return "iq2_xs";
+        case 18: return "iq3_xxs";
+        case 19: return "iq1_s";
+        case 21: return "iq3_s";
+        case 22: return "iq2_s";
+        case 29: return "iq1_m";
+        case 40: return "nvfp4";
+        case 41: return "q1_0";
+        case 42: return "q2_0";
+        default: return nullptr;
+    }
+}
 
 const Format * find(int type) {
     for (const auto & f : kFormats) {
@@ -366,8 +427,12 @@ std::string type_name(int type) {
         case F32: return "f32";
         case F16: return "f16";
         case BF16: return "bf16";
-        default: return "type " + std::to_string(type);
+        default: break;
     }
+    if (const char * n = unsupported_name(type)) {
+        return n;
+    }
+    return "type " + std::to_string(type);
 }
 
 int block_values(int type) {
@@ -416,66 +481,166 @@ int activation_type(int weight_type) {
         case Q4_K:
         case Q5_K:
         case Q6_K:
-        case IQ4_XS: return Q8_K;
+        case IQ4_XS:
+        case TQ1_0:
+        case TQ2_0: return Q8_K;
         case F16: return F16;
         case BF16: return BF16;
         default: return F32;
     }
 }
 
-std::vector<double> quantize_activation(int act, const float * x, int64_t n) {
-    std::vector<double> out(static_cast<size_t>(n));
-    if (act == F32) {
-        for (int64_t i = 0; i < n; ++i) {
-            out[i] = x[i];
+namespace {
+
+// Rounds to the nearest integer, ties either to even (the SIMD conversions) or away from zero
+// (roundf, ggml's scalar code). Written out so that it does not depend on the FP environment.
+float round_code(float v, bool half_to_even) {
+    const float away = std::round(v);
+    if (!half_to_even || std::fabs(v - std::trunc(v)) != 0.5f) {
+        return away;
+    }
+    return 2.0f * std::round(v / 2.0f);  // v / 2 is exact here, and its nearest integer is half the even one
+}
+
+void put_u16(uint8_t * p, uint16_t v) {
+    std::memcpy(p, &v, 2);
+}
+
+// One Q8_0/Q8_1 block of 32: d = amax / 127 and the int8 codes, as the backend computes them.
+float q8_block(const float * x, const Q8Rounding & r, int8_t * q) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+        amax = std::max(amax, std::fabs(x[j]));
+    }
+    const float d = amax / 127.0f;
+    float id = 0.0f;
+    if (r.scale_127_over_amax) {
+        id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    } else {
+        id = d != 0.0f ? 1.0f / d : 0.0f;
+    }
+    for (int j = 0; j < 32; ++j) {
+        // The SIMD pack instructions saturate to int8; in range either way, but say so.
+        q[j] = static_cast<int8_t>(std::clamp(round_code(x[j] * id, r.half_to_even), -128.0f, 127.0f));
+    }
+    return d;
+}
+
+// Q8_0 (34-byte blocks: fp16 d, 32 codes) or Q8_1 (36: fp16 d, fp16 s, 32 codes).
+void quantize_q8_0_1(bool with_sum, const float * x, int64_t n, const Q8Rounding & r, QuantizedActivation * out) {
+    const size_t block = with_sum ? 36 : 34, qs = with_sum ? 4 : 2;
+    out->bytes.assign(static_cast<size_t>(n / 32) * block, 0);
+    for (int64_t b = 0; b < n / 32; ++b) {
+        uint8_t * y = out->bytes.data() + static_cast<size_t>(b) * block;
+        int8_t q[32];
+        const float d = q8_block(x + b * 32, r, q);
+        std::memcpy(y + qs, q, 32);
+        put_u16(y, f32_to_fp16(d));
+        const float dq = fp16_to_f32(f32_to_fp16(d));
+        int sum = 0;
+        for (int j = 0; j < 32; ++j) {
+            out->values[static_cast<size_t>(b * 32 + j)] = static_cast<double>(q[j]) * dq;
+            sum += q[j];
         }
-    } else if (act == F16 || act == BF16) {
-        for (int64_t i = 0; i < n; ++i) {
-            out[i] = act == F16 ? fp16_to_f32(f32_to_fp16(x[i])) : bf16_to_f32(f32_to_bf16(x[i]));
+        if (with_sum) {
+            // s is the unrounded d times the code sum, in float, then stored as fp16.
+            const uint16_t s = f32_to_fp16(d * static_cast<float>(sum));
+            put_u16(y + 2, s);
+            out->block_sums.push_back(fp16_to_f32(s));
         }
+    }
+}
+
+// Q8_K (292-byte blocks: float d, 256 codes, 16 int16 sums of 16 codes).
+void quantize_q8_k(const float * x, int64_t n, QuantizedActivation * out) {
+    out->bytes.assign(static_cast<size_t>(n / 256) * 292, 0);
+    for (int64_t b = 0; b < n / 256; ++b) {
+        const float * xb = x + b * 256;
+        uint8_t * y = out->bytes.data() + static_cast<size_t>(b) * 292;
+        float max = 0.0f, amax = 0.0f;
+        for (int j = 0; j < 256; ++j) {
+            if (std::fabs(xb[j]) > amax) {
+                amax = std::fabs(xb[j]);
+                max = xb[j];
+            }
+        }
+        if (amax == 0.0f) {
+            continue;  // d = 0 and zero codes (values stay 0)
+        }
+        // The scale maps the signed extreme to -127 (so the largest code is +-127 exactly).
+        const float iscale = -127.0f / max, d = 1.0f / iscale;
+        std::memcpy(y, &d, 4);
+        for (int j = 0; j < 256; ++j) {
+            const int v = std::min(127, static_cast<int>(round_code(iscale * xb[j], true)));
+            y[4 + j] = static_cast<uint8_t>(static_cast<int8_t>(v));
+            out->values[static_cast<size_t>(b * 256 + j)] = static_cast<double>(v) * d;
+        }
+        for (int g = 0; g < 16; ++g) {
+            int16_t sum = 0;
+            for (int j = 0; j < 16; ++j) {
+                sum = static_cast<int16_t>(sum + static_cast<int8_t>(y[4 + g * 16 + j]));
+            }
+            std::memcpy(y + 260 + 2 * g, &sum, 2);
+        }
+    }
+}
+
+// F32, F16 or BF16: each value rounded on its own.
+void quantize_float(int act, const float * x, int64_t n, QuantizedActivation * out) {
+    out->bytes.resize(static_cast<size_t>(n) * (act == F32 ? 4 : 2));
+    for (int64_t i = 0; i < n; ++i) {
+        if (act == F32) {
+            std::memcpy(out->bytes.data() + 4 * i, x + i, 4);
+            out->values[static_cast<size_t>(i)] = x[i];
+            continue;
+        }
+        const uint16_t h = act == F16 ? f32_to_fp16(x[i]) : f32_to_bf16(x[i]);
+        put_u16(out->bytes.data() + 2 * i, h);
+        out->values[static_cast<size_t>(i)] = act == F16 ? fp16_to_f32(h) : bf16_to_f32(h);
+    }
+}
+
+}  // namespace
+
+QuantizedActivation quantize_activation(int act, const float * x, int64_t n, const Q8Rounding & rounding) {
+    QuantizedActivation out;
+    out.type = act;
+    out.values.assign(static_cast<size_t>(n), 0.0);
+    if (act == F32 || act == F16 || act == BF16) {
+        quantize_float(act, x, n, &out);
     } else if (act == Q8_0 || act == Q8_1) {
-        for (int64_t b = 0; b < n; b += 32) {
-            float amax = 0.0f;
-            for (int j = 0; j < 32; ++j) {
-                amax = std::max(amax, std::fabs(x[b + j]));
-            }
-            const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-            const float dq = fp16_to_f32(f32_to_fp16(d));  // the scale is stored as fp16
-            for (int j = 0; j < 32; ++j) {
-                out[b + j] = static_cast<double>(std::round(x[b + j] * id)) * dq;
-            }
-        }
+        quantize_q8_0_1(act == Q8_1, x, n, rounding, &out);
     } else if (act == Q8_K) {
-        for (int64_t b = 0; b < n; b += 256) {
-            float max = 0.0f, amax = 0.0f;
-            for (int j = 0; j < 256; ++j) {
-                const float ax = std::fabs(x[b + j]);
-                if (ax > amax) {
-                    amax = ax;
-                    max = x[b + j];
-                }
-            }
-            if (amax == 0.0f) {
-                continue;
-            }
-            const float iscale = -127.0f / max, d = 1.0f / iscale;
-            for (int j = 0; j < 256; ++j) {
-                const int v = static_cast<int>(std::lrintf(iscale * x[b + j]));
-                out[b + j] = static_cast<double>(std::min(127, v)) * d;
-            }
-        }
+        quantize_q8_k(x, n, &out);
     } else {
         throw std::runtime_error("no reference activation format " + type_name(act));
     }
     return out;
 }
 
-double dot_row(int type, const uint8_t * row, const std::vector<double> & act, int64_t n) {
+float round_to_fp16(float x) {
+    return fp16_to_f32(f32_to_fp16(x));
+}
+
+double dot_row(int type, const uint8_t * row, const QuantizedActivation & act, int64_t n) {
     std::vector<float> w(static_cast<size_t>(n));
     dequantize(type, row, w.data(), n);
     double s = 0.0;
     for (int64_t i = 0; i < n; ++i) {
-        s += static_cast<double>(w[i]) * act[i];
+        s += static_cast<double>(w[i]) * act.values[static_cast<size_t>(i)];
+    }
+    if (act.type == Q8_1 && (type == Q4_1 || type == Q5_1)) {
+        // ggml's Q4_1/Q5_1 x Q8_1 dot product is d*d8*sum(q*q8) + m*s per block: the min term
+        // uses the stored (fp16) s, not d8 * sum(q8). Swap one for the other.
+        const int bytes = block_bytes(type);
+        for (int64_t b = 0; b < n / 32; ++b) {
+            const double m = fp16_to_f32(u16(row + b * bytes + 2));
+            double values = 0.0;
+            for (int64_t j = b * 32; j < b * 32 + 32; ++j) {
+                values += act.values[static_cast<size_t>(j)];
+            }
+            s += m * (act.block_sums[static_cast<size_t>(b)] - values);
+        }
     }
     return s;
 }

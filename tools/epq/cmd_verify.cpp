@@ -6,6 +6,7 @@
 
 #include <climits>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <fstream>
 #include <unistd.h>
 
@@ -29,45 +30,69 @@ CheckReport run_check(const std::string & check, const VerifyOptions & o) {
     throw Error("unknown check '" + check + "'");
 }
 
+// A child check's verdict and summary: from its JSON report when it wrote one, else from its
+// exit status and last error line (a check that did not finish is a FAIL).
+struct ChildResult {
+    Status status = Status::Fail;
+    std::string summary;
+};
+
+ChildResult child_result(const std::string & report, const SelfRun & r) {
+    ChildResult c;
+    nlohmann::json result;
+    try {
+        result = nlohmann::json::parse(read_whole_file(report));
+    } catch (...) {
+    }
+    if (result.is_object()) {
+        c.status = status_from_label(result.value("status", std::string("FAIL")));
+        c.summary = result.value("summary", std::string());
+    }
+    if (r.exit_code != 0) {
+        c.status = Status::Fail;
+    }
+    if (c.summary.empty()) {
+        const auto at = r.err.rfind("epq: error:");
+        c.summary = at == std::string::npos ? "did not run (exit " + std::to_string(r.exit_code) + ")"
+                                            : r.err.substr(at, r.err.find('\n', at) - at);
+    }
+    return c;
+}
+
 // Each check of `all` runs in its own process: the stock references must not share a ggml
 // backend registry with the pager.
 int run_all(const VerifyOptions & o, const std::vector<std::string> & passthrough) {
     std::string md =
         "# epq verify all\n\n**Model:** `" + o.model + "`\n\n| Check | Verdict | Summary |\n|---|---|---|\n";
-    bool all_ok = true;
+    Status all = Status::Pass;
     nlohmann::json j = nlohmann::json::array();
     for (const auto & check : kChecks) {
         std::vector<std::string> args = {"verify", check};
         args.insert(args.end(), passthrough.begin(), passthrough.end());
         std::fprintf(stderr, "epq verify: %s ...\n", check.c_str());
+        const std::string report = o.report_dir + "/" + check + ".json";
+        std::remove(report.c_str());  // a stale report must not stand in for a check that did not finish
         const SelfRun r = run_self(o.self_exe, args);
-        nlohmann::json result;
-        try {
-            result = nlohmann::json::parse(read_whole_file(o.report_dir + "/" + check + ".json"));
-        } catch (...) {
-        }
-        const bool pass = r.exit_code == 0 && result.value("pass", false);
-        std::string summary = result.value("summary", "");
-        if (summary.empty()) {
-            const auto at = r.err.rfind("epq: error:");
-            summary = at == std::string::npos ? "did not run (exit " + std::to_string(r.exit_code) + ")"
-                                              : r.err.substr(at, r.err.find('\n', at) - at);
-        }
-        all_ok = all_ok && pass;
-        md += "| " + check + " | " + (pass ? "PASS" : "FAIL") + " | " + summary + " |\n";
-        j.push_back({{"check", check}, {"pass", pass}, {"summary", summary}, {"seconds", r.seconds}});
-        std::fprintf(stderr, "epq verify: %-11s %s (%.1f s)\n", check.c_str(), summary.c_str(), r.seconds);
+        const ChildResult c = child_result(report, r);
+        all = combine(all, c.status);
+        md += "| " + check + " | " + status_label(c.status) + " | " + c.summary + " |\n";
+        j.push_back({{"check", check},
+                     {"status", status_label(c.status)},
+                     {"pass", c.status == Status::Pass},
+                     {"summary", c.summary},
+                     {"seconds", r.seconds}});
+        std::fprintf(stderr, "epq verify: %-11s %s (%.1f s)\n", check.c_str(), c.summary.c_str(), r.seconds);
     }
-    md += "\n**Verdict:** " + std::string(all_ok ? "PASS" : "FAIL") + "\n";
-    CheckReport all;
-    all.check = "all";
-    all.pass = all_ok;
-    all.summary = all_ok ? "PASS" : "FAIL";
-    all.markdown = md;
-    all.json = {{"checks", j}, {"model", o.model}};
-    all.write(o.report_dir);
+    md += "\n**Verdict:** " + status_label(all) + "\n";
+    CheckReport report;
+    report.check = "all";
+    report.status = all;
+    report.summary = status_label(all);
+    report.markdown = md;
+    report.json = {{"checks", j}, {"model", o.model}};
+    report.write(o.report_dir);
     std::fputs(md.c_str(), stdout);
-    return all_ok ? 0 : 1;
+    return report.failed() ? 1 : 0;
 }
 
 }  // namespace
@@ -116,7 +141,7 @@ Handler add_verify(CLI::App & app) {
         std::fputs(r.markdown.c_str(), stdout);
         std::fprintf(stderr, "epq verify %s: %s (report: %s/%s.md)\n", check->c_str(), r.summary.c_str(),
                      o->report_dir.c_str(), check->c_str());
-        return r.pass ? 0 : 1;
+        return r.failed() ? 1 : 0;  // NOT CHECKED is not a failure
     };
 }
 

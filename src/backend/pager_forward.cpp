@@ -1,0 +1,155 @@
+// One expert's forward through an arena slot, with ggml's CPU kernels, for `epq verify kernel`.
+// It builds the nodes llama.cpp's build_moe_ffn builds for one token and one expert, so what
+// it computes is what the paged graph computes; the verify check compares it with a scalar
+// reference read from the file.
+#include "backend/pager.h"
+#include "util/error.h"
+
+#include "ggml-cpu.h"
+
+namespace epq {
+
+namespace {
+
+ggml_tensor * activate(ggml_context * ctx, const Pager::ExpertForwardSpec & s, ggml_tensor * gate, ggml_tensor * up) {
+    using A = Pager::Activation;
+    switch (s.act) {
+        case A::swiglu: return ggml_swiglu_split(ctx, gate, up);
+        case A::swiglu_oai: return ggml_swiglu_oai(ctx, gate, up, s.alpha, s.limit);
+        case A::geglu: return ggml_geglu_split(ctx, gate, up);
+        case A::reglu: return ggml_reglu_split(ctx, gate, up);
+        case A::silu: return ggml_silu(ctx, up);
+        case A::gelu: return ggml_gelu(ctx, up);
+        case A::relu: return ggml_relu(ctx, up);
+        case A::relu_sqr: return ggml_sqr(ctx, ggml_relu(ctx, up));
+    }
+    return nullptr;
+}
+
+bool gated(Pager::Activation a) {
+    using A = Pager::Activation;
+    return a == A::swiglu || a == A::swiglu_oai || a == A::geglu || a == A::reglu;
+}
+
+// A host vector as a ggml tensor (the graph only reads it).
+ggml_tensor * host_f32(ggml_context * ctx, std::vector<float> & v, int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1) {
+    ggml_tensor * t = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, ne0, ne1, ne2);
+    t->data = v.data();
+    return t;
+}
+
+// Gives a node's output a host buffer of its own and returns the node.
+ggml_tensor * into(ggml_tensor * t, std::vector<float> & out) {
+    out.resize(static_cast<size_t>(ggml_nelements(t)));
+    t->data = out.data();
+    return t;
+}
+
+}  // namespace
+
+Pager::ExpertForward Pager::expert_forward(int layer_no, int32_t expert, const std::vector<float> & x, float weight,
+                                           const ExpertForwardSpec & spec) {
+    const LayerLayout * layer = nullptr;
+    for (const auto & l : layout_.layers) {
+        layer = l.layer == layer_no ? &l : layer;
+    }
+    if (!layer) {
+        throw Error("layer " + std::to_string(layer_no) + " has no routed experts");
+    }
+    const MatrixPlacement *gate = nullptr, *up = nullptr, *down = nullptr, *gate_up = nullptr;
+    for (const auto & m : layer->matrices) {
+        (m.kind == "gate"      ? gate
+         : m.kind == "up"      ? up
+         : m.kind == "down"    ? down
+         : m.kind == "gate_up" ? gate_up
+                               : gate) = &m;
+    }
+    if (!down || !(up || gate_up) || (gated(spec.act) && !gate && !gate_up)) {
+        throw Error("layer " + std::to_string(layer_no) + " lacks the expert matrices its activation needs");
+    }
+    auto a = arena_.acquire({static_cast<uint32_t>(layer_no), static_cast<uint32_t>(expert)}, layer->size_class);
+    if (!a) {
+        throw Error("internal: no arena slot for the kernel check");
+    }
+    ExpertForward f;
+    try {
+        if (!a->hit) {
+            load(*layer, expert, a->ref)->wait();
+            loaded(*layer, a->ref);
+        }
+        const uint32_t pool = a->ref.pool;
+        const size_t mem = 32 * ggml_tensor_overhead() + ggml_graph_overhead_custom(32, false) + 256;
+        std::vector<uint8_t> ctx_mem(mem);
+        ggml_init_params ip{mem, ctx_mem.data(), true};
+        ggml_context * ctx = ggml_init(ip);
+        auto weights = [&](const MatrixPlacement & m) {
+            ggml_tensor * w =
+                ggml_new_tensor_3d(ctx, static_cast<ggml_type>(m.type), m.n_in, m.n_out, plan_.pools[pool].n_slots);
+            w->data = pool_mem_[pool] + m.slot_offset;
+            w->nb[2] = plan_.pools[pool].slot_bytes;
+            w->nb[3] = w->nb[2] * static_cast<size_t>(w->ne[2]);
+            return w;
+        };
+        const int64_t n_embd = down->n_out;
+        std::vector<float> xin(x), wv{weight}, gate_b(spec.gate_b), up_b(spec.up_b), down_b(spec.down_b);
+        int32_t slot = fault_slot(static_cast<int32_t>(a->ref.slot), a->ref.pool);
+        ggml_tensor * xt = host_f32(ctx, xin, n_embd, 1, 1);
+        ggml_tensor * it = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, 1);
+        it->data = &slot;
+        ggml_tensor * wt = host_f32(ctx, wv, 1, 1, 1);
+        if (spec.weight_before_ffn) {
+            xt = ggml_mul(ctx, xt, wt);
+        }
+        // Biases as ADD_ID adds them: one float addition per value, the same in a plain add.
+        auto biased = [&](ggml_tensor * t, std::vector<float> & b) {
+            return b.empty() ? t : ggml_add(ctx, t, host_f32(ctx, b, t->ne[0]));
+        };
+        ggml_tensor *g = nullptr, *u = nullptr;
+        if (gate_up) {
+            ggml_tensor * gu = ggml_mul_mat_id(ctx, weights(*gate_up), xt, it);
+            const int64_t n_ff = gu->ne[0] / 2;
+            g = ggml_cont(ctx, ggml_view_3d(ctx, gu, n_ff, 1, 1, gu->nb[1], gu->nb[2], 0));
+            u = ggml_cont(ctx, ggml_view_3d(ctx, gu, n_ff, 1, 1, gu->nb[1], gu->nb[2], n_ff * sizeof(float)));
+        } else {
+            u = ggml_mul_mat_id(ctx, weights(*up), xt, it);
+            g = gate ? ggml_mul_mat_id(ctx, weights(*gate), xt, it) : nullptr;
+        }
+        // A fused gate_up's bias is split the way its output is (gate half, then up half).
+        u = into(biased(u, up_b), f.up);
+        g = g ? into(biased(g, gate_b), f.gate) : nullptr;
+        ggml_tensor * h = into(activate(ctx, spec, g, u), f.h);
+        ggml_tensor * d = into(biased(ggml_mul_mat_id(ctx, weights(*down), h, it), down_b), f.down);
+        ggml_tensor * o = into(spec.weight_before_ffn ? ggml_scale(ctx, d, 1.0f) : ggml_mul(ctx, d, wt), f.out);
+        ggml_cgraph * gf = ggml_new_graph_custom(ctx, 32, false);
+        ggml_build_forward_expand(gf, o);
+        if (g) {
+            ggml_build_forward_expand(gf, g);
+        }
+        // Memory for the nodes between the ones read out (the matmul before its bias, views).
+        std::vector<std::vector<float>> scratch;
+        for (int i = 0; i < ggml_graph_n_nodes(gf); ++i) {
+            ggml_tensor * n = ggml_graph_node(gf, i);
+            if (n->view_src) {
+                n->data = static_cast<char *>(n->view_src->data) + n->view_offs;
+            } else if (!n->data) {
+                scratch.emplace_back(static_cast<size_t>(ggml_nelements(n)));
+                n->data = scratch.back().data();
+            }
+        }
+        const ggml_status st = ggml_backend_graph_compute(cpu_, gf);
+        ggml_free(ctx);
+        if (st != GGML_STATUS_SUCCESS) {
+            throw Error("the CPU expert forward failed");
+        }
+    } catch (...) {
+        if (!arena_.is_ready(a->ref)) {
+            arena_.failed(a->ref);
+        }
+        arena_.unpin(a->ref);
+        throw;
+    }
+    arena_.unpin(a->ref);
+    return f;
+}
+
+}  // namespace epq
