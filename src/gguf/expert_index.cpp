@@ -44,10 +44,10 @@ bool is_routed_expert_matrix(const TensorInfo & t, int64_t n_expert) {
 }
 
 bool has_routed_experts(const GgufFile & file) {
-    const std::string arch = file.architecture();
-    const int64_t n_expert = file.get_int(arch + ".expert_count").value_or(0);
+    // By shape and name alone: a stack whose count disagrees with expert_count is a broken MoE
+    // model (ExpertIndex::build says so), not a dense one.
     for (const auto & t : file.tensors()) {
-        if (is_routed_expert_matrix(t, n_expert)) {
+        if (is_expert_stack(t)) {
             return true;
         }
     }

@@ -14,7 +14,7 @@ namespace epq {
 // True for a tensor llama.cpp's MoE graph multiplies with MUL_MAT_ID as routed experts:
 // 3-D {n_in, n_out, n_expert}, one contiguous matrix per expert, named blk.N.*exps.weight.
 bool is_routed_expert_matrix(const TensorInfo & t, int64_t n_expert);
-// Whether a model has any such tensor (a dense model has nothing to page).
+// Whether a model has any expert stack, whatever its count (a dense model has nothing to page).
 bool has_routed_experts(const GgufFile & file);
 
 struct ExpertTensor {
