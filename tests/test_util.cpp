@@ -72,8 +72,10 @@ std::string synth_model(const std::string & name, const SynthConfig & cfg) {
 
 SynthConfig tiny(const std::string & arch, const std::string & quant, uint64_t seed) {
     SynthConfig cfg = make_preset("tiny-" + arch);
-    cfg.quant = make_quant_preset(quant);
-    cfg.quant_name = quant;
+    if (!quant.empty()) {
+        cfg.quant = make_quant_preset(quant);
+        cfg.quant_name = quant;
+    }
     cfg.seed = seed;
     return cfg;
 }

@@ -15,8 +15,8 @@ const std::string & temp_dir();
 // Synthesizes `cfg` into the temp dir under `name` (once per process) and returns its path.
 std::string synth_model(const std::string & name, const SynthConfig & cfg);
 
-// A tiny preset as a config, with optional quant preset and seed.
-SynthConfig tiny(const std::string & arch, const std::string & quant = "mixed", uint64_t seed = 42);
+// A tiny preset as a config, with a quant preset (default: the preset's own types) and seed.
+SynthConfig tiny(const std::string & arch, const std::string & quant = "", uint64_t seed = 42);
 
 std::vector<uint8_t> read_file(const std::string & path);
 void write_file(const std::string & path, const std::vector<uint8_t> & bytes);

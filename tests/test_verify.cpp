@@ -241,7 +241,8 @@ TEST_P(VerifyAll, PassesOnEveryArchitecture) {
     EXPECT_NE(std::string(mt.begin(), mt.end()).find("Aggregate output max abs: 0.0"), std::string::npos);
 }
 
-INSTANTIATE_TEST_SUITE_P(Verify, VerifyAll, ::testing::Values("qwen35moe", "qwen3moe", "olmoe"));
+INSTANTIATE_TEST_SUITE_P(Verify, VerifyAll, ::testing::Values("qwen35moe", "qwen3moe", "olmoe", "gpt-oss", "deepseek2"),
+                         [](const auto & p) { return p.param == "gpt-oss" ? std::string("gpt_oss") : p.param; });
 
 // gpt-oss experts (biases on gate, up and down; the clamped SwiGLU): the layer check recomputes
 // them from the graph's own nodes, the kernel check runs them through an arena slot, and both

@@ -1,5 +1,7 @@
 #include "commands.h"
 
+#include "engine/llama_log.h"
+#include "synth/arch_fixture.h"
 #include "synth/synthesizer.h"
 #include "util/byte_size.h"
 #include "util/error.h"
@@ -50,7 +52,7 @@ Handler add_synth(CLI::App & app) {
     auto * sub =
         app.add_subcommand("synth", "write a synthetic MoE GGUF (random weights, real shapes, real tokenizer)");
     struct Opts {
-        std::string preset, out, quant;
+        std::string preset, arch, out, quant;
         std::vector<std::string> types;
         uint64_t seed = 42;
         uint32_t layers = 0, embd = 0, experts = 0, experts_used = 0, expert_ff = 0, shared_ff = 0;
@@ -62,7 +64,17 @@ Handler add_synth(CLI::App & app) {
         std::string vocab;
     };
     auto o = std::make_shared<Opts>();
-    sub->add_option("--preset", o->preset, preset_help())->required();
+    auto * preset = sub->add_option("--preset", o->preset, preset_help());
+    std::string archs;
+    for (const auto & a : moe_architectures()) {
+        archs += (archs.empty() ? "" : ", ") + a;
+    }
+    auto * arch = sub->add_option("--arch", o->arch,
+                                  "instead of a preset: a tiny F32 model of this architecture, its tensors shaped by "
+                                  "llama.cpp's own loader, with llama.cpp's test tokenizer (for exactness checks; "
+                                  "honours --experts, --experts-used, --seed): " +
+                                      archs);
+    preset->excludes(arch);
     sub->add_option("-o,--output", o->out, "output .gguf path")->required();
     sub->add_option("--seed", o->seed, "random seed: the same arguments always give a byte-identical file")
         ->capture_default_str();
@@ -101,6 +113,20 @@ Handler add_synth(CLI::App & app) {
     sub->add_flag("-q,--quiet", o->quiet, "no progress bar");
 
     return [o]() {
+        if (!o->arch.empty()) {
+            ArchFixtureOptions fo;
+            fo.n_expert = o->experts ? o->experts : fo.n_expert;
+            fo.n_expert_used = o->experts_used ? o->experts_used : fo.n_expert_used;
+            fo.seed = o->seed;
+            set_llama_verbosity(false);
+            write_arch_fixture(o->arch, o->out, fo);
+            std::fprintf(stderr, "epq: wrote %s: a tiny %s model shaped by llama.cpp's loader\n", o->out.c_str(),
+                         o->arch.c_str());
+            return 0;
+        }
+        if (o->preset.empty()) {
+            throw Error("give --preset NAME (or --arch NAME for an architecture fixture)");
+        }
         SynthConfig cfg = make_preset(o->preset);
         if (!o->quant.empty()) {
             cfg.quant = make_quant_preset(o->quant);
