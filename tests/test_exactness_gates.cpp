@@ -20,26 +20,11 @@ using namespace epq::test;
 
 namespace {
 
-struct RunOut {
-    CommandResult result;
-    std::vector<uint8_t> logits;
-    nlohmann::json stats;
-};
+using RunOut = LoggedRun;
 
 RunOut run(const std::string & model, const std::string & prompt, const std::string & n_predict,
-           std::vector<std::string> extra, const std::string & tag) {
-    const std::string logits = temp_dir() + "/" + tag + ".logits", stats = temp_dir() + "/" + tag + ".json";
-    std::vector<std::string> args = {"run", "-m", model,          "-p",   prompt,         "-n", n_predict,
-                                     "-t",  "2",  "--logits-out", logits, "--stats-json", stats};
-    args.insert(args.end(), extra.begin(), extra.end());
-    RunOut r;
-    r.result = run_epq(args);
-    r.logits = read_file(logits);
-    if (r.result.exit_code == 0) {
-        const auto bytes = read_file(stats);
-        r.stats = nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
-    }
-    return r;
+           const std::vector<std::string> & extra, const std::string & tag) {
+    return run_logged(model, prompt, n_predict, extra, tag);
 }
 
 // A prompt of `n` bytes of English (the fixtures' test tokenizer makes a token of a few bytes).

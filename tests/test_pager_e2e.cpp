@@ -17,30 +17,11 @@ namespace {
 
 const char * kPrompt = "It was the best of times, it was the worst of times, it was the age of wisdom";
 
-nlohmann::json read_json(const std::string & path) {
-    const auto bytes = read_file(path);
-    return nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
-}
-
-struct RunResult {
-    CommandResult result;
-    std::vector<uint8_t> logits;
-    nlohmann::json stats;
-};
+using RunResult = LoggedRun;
 
 RunResult run(const std::string & model, const std::vector<std::string> & extra, const std::string & tag,
               const std::string & prompt = kPrompt, const std::string & n_predict = "64") {
-    const std::string logits = temp_dir() + "/" + tag + ".logits", stats = temp_dir() + "/" + tag + ".json";
-    std::vector<std::string> args = {"run", "-m", model,          "-p",   prompt,         "-n", n_predict,
-                                     "-t",  "2",  "--logits-out", logits, "--stats-json", stats};
-    args.insert(args.end(), extra.begin(), extra.end());
-    RunResult r;
-    r.result = run_epq(args);
-    r.logits = read_file(logits);
-    if (r.result.exit_code == 0) {
-        r.stats = read_json(stats);
-    }
-    return r;
+    return run_logged(model, prompt, n_predict, extra, tag);
 }
 
 }  // namespace

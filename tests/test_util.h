@@ -4,6 +4,8 @@
 
 #include "synth/synthesizer.h"
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -30,5 +32,15 @@ struct CommandResult {
 CommandResult run_epq(const std::vector<std::string> & args, const std::string & input = "");
 // Runs any command (args[0] is the program).
 CommandResult run_command(const std::vector<std::string> & args, const std::string & input = "");
+
+// `epq run` on a model with 2 threads, every step's logits and the statistics written out
+// (`extra` flags appended): what the exactness gates compare between paged and stock runs.
+struct LoggedRun {
+    CommandResult result;
+    std::vector<uint8_t> logits;
+    nlohmann::json stats;  // empty when the run failed
+};
+LoggedRun run_logged(const std::string & model, const std::string & prompt, const std::string & n_predict,
+                     const std::vector<std::string> & extra, const std::string & tag);
 
 }  // namespace epq::test

@@ -481,7 +481,14 @@ void Pager::inject_fault(const std::string & kind, uint64_t after) {
 void Pager::loaded(const LayerLayout & layer, SlotRef r) {
     arena_.loaded(r);
     if (corrupt_countdown_ > 0 && --corrupt_countdown_ == 0) {
-        slot_ptr(r)[layer.matrices.front().slot_offset + 7] ^= 0x10;
+        // Invert the first row of the expert's first matrix: every block's scales and codes, so
+        // the damage shows whatever the type's block layout (one flipped bit can land on a code
+        // whose activation quantizes to zero and change nothing).
+        const MatrixPlacement & m = layer.matrices.front();
+        uint8_t * row = slot_ptr(r) + m.slot_offset;
+        for (size_t i = 0; i < ggml_row_size(static_cast<ggml_type>(m.type), m.n_in); ++i) {
+            row[i] ^= 0xFF;
+        }
     }
 }
 

@@ -110,7 +110,7 @@ public:
     const SlotLayout & layout() const { return layout_; }
 
     // Test-only faults that every verify check must catch (EPQ_FAULT=corrupt-slot|wrong-slot,
-    // EPQ_FAULT_AFTER=N): flip one byte of the Nth expert read, or from the Nth expert matmul on
+    // EPQ_FAULT_AFTER=N): invert the first row of the Nth expert read, or from the Nth expert matmul on
     // compute one selected expert from the wrong slot.
     void inject_fault(const std::string & kind, uint64_t after);
 
