@@ -70,6 +70,9 @@ std::string safe_name(std::string s) {
 class ArchGate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ArchGate, PagedAtTheMinimumArenaMatchesStock) {
+    if (!sampled_under_sanitizer(GetParam(), {"qwen35moe", "deepseek4", "gpt-oss", "llama4", "arctic", "paddleocr"})) {
+        GTEST_SKIP() << "sampled under the sanitizer: the regular build runs " << GetParam();
+    }
     const std::string arch = GetParam();
     const std::string model = temp_dir() + "/arch-" + safe_name(arch) + ".gguf";
     write_arch_fixture(arch, model, ArchFixtureOptions{});
@@ -110,6 +113,9 @@ INSTANTIATE_TEST_SUITE_P(Exactness, ArchGate, ::testing::ValuesIn(fixture_archs(
 class TypeGate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TypeGate, EveryBatchSizeAndArenaMatchesStock) {
+    if (!sampled_under_sanitizer(GetParam(), {"q4_K", "iq4_xs", "iq2_xxs", "mxfp4", "q4_1", "f16"})) {
+        GTEST_SKIP() << "sampled under the sanitizer: the regular build runs " << GetParam();
+    }
     const std::string type = GetParam();
     SynthConfig cfg = tiny("qwen3moe", type);
     cfg.shape.n_layer = 2;

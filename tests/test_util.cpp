@@ -129,4 +129,16 @@ LoggedRun run_logged(const std::string & model, const std::string & prompt, cons
     return r;
 }
 
+bool sampled_under_sanitizer(const std::string & param, std::initializer_list<const char *> sample) {
+    if (!kSanitized) {
+        return true;
+    }
+    for (const char * p : sample) {
+        if (param == p) {
+            return true;
+        }
+    }
+    return false;
+}
+
 }  // namespace epq::test

@@ -6,10 +6,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 namespace epq::test {
+
+// True in the AddressSanitizer build. It runs every test, but the wide end-to-end matrices
+// (every type, architecture, batch size) only on a representative sample: llama.cpp itself is
+// not instrumented, and the regular build runs them all.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+// In the sanitized build, whether `param` is one of the sampled parameters.
+bool sampled_under_sanitizer(const std::string & param, std::initializer_list<const char *> sample);
 
 // A fresh directory under $TMPDIR, removed at process exit.
 const std::string & temp_dir();
