@@ -20,13 +20,6 @@ using namespace epq::test;
 
 namespace {
 
-using RunOut = LoggedRun;
-
-RunOut run(const std::string & model, const std::string & prompt, const std::string & n_predict,
-           const std::vector<std::string> & extra, const std::string & tag) {
-    return run_logged(model, prompt, n_predict, extra, tag);
-}
-
 // A prompt of `n` bytes of English (the fixtures' test tokenizer makes a token of a few bytes).
 std::string prompt_of(size_t n) {
     std::string s;
@@ -78,20 +71,20 @@ TEST_P(ArchGate, PagedAtTheMinimumArenaMatchesStock) {
     write_arch_fixture(arch, model, ArchFixtureOptions{});
     const GgufFile file = GgufFile::open(model);
     const std::string prompt = prompt_of(400);
-    const RunOut stock = run(model, prompt, "8", {"--no-pager", "-b", "32"}, arch + "-stock");
+    const LoggedRun stock = run_logged(model, prompt, "8", {"--no-pager", "-b", "32"}, arch + "-stock");
     ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
     ASSERT_GE(stock.logits.size(), 8u * 128u * sizeof(float));
 
     if (!has_routed_experts(file)) {
-        const RunOut plain = run(model, prompt, "8", {"-b", "32"}, arch + "-dense");
+        const LoggedRun plain = run_logged(model, prompt, "8", {"-b", "32"}, arch + "-dense");
         ASSERT_EQ(plain.result.exit_code, 0) << plain.result.err;
         EXPECT_NE(plain.result.err.find("nothing to page"), std::string::npos) << plain.result.err;
         EXPECT_TRUE(plain.logits == stock.logits);
         return;
     }
     const ExpertIndex idx = ExpertIndex::build(file);
-    const RunOut paged =
-        run(model, prompt, "8", {"-b", "32", "--arena", std::to_string(idx.min_arena_bytes)}, arch + "-paged");
+    const LoggedRun paged =
+        run_logged(model, prompt, "8", {"-b", "32", "--arena", std::to_string(idx.min_arena_bytes)}, arch + "-paged");
     ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;
     EXPECT_TRUE(paged.logits == stock.logits) << arch << ": paged logits differ from stock";
     // refact's loader accepts expert tensors but its graph has a dense FFN only: nothing to read.
@@ -130,7 +123,7 @@ TEST_P(TypeGate, EveryBatchSizeAndArenaMatchesStock) {
     const std::vector<std::string> batches = {"8", "32", "64", "512"};
 #endif
     for (const std::string & b : batches) {
-        const RunOut stock = run(model, prompt, "4", {"--no-pager", "-b", b}, type + "-stock-b" + b);
+        const LoggedRun stock = run_logged(model, prompt, "4", {"--no-pager", "-b", b}, type + "-stock-b" + b);
         ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
         ASSERT_GE(stock.stats["prompt_tokens"].get<uint64_t>(), 200u);
         std::vector<uint64_t> arenas = {idx.min_arena_bytes};
@@ -139,7 +132,7 @@ TEST_P(TypeGate, EveryBatchSizeAndArenaMatchesStock) {
         }
         for (const uint64_t arena : arenas) {
             const std::string tag = type + "-b" + b + "-a" + std::to_string(arena);
-            const RunOut paged = run(model, prompt, "4", {"-b", b, "--arena", std::to_string(arena)}, tag);
+            const LoggedRun paged = run_logged(model, prompt, "4", {"-b", b, "--arena", std::to_string(arena)}, tag);
             ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;
             EXPECT_TRUE(paged.logits == stock.logits)
                 << type << ": batch " << b << ", arena " << arena << " B: paged logits differ from stock";

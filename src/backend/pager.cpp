@@ -181,7 +181,7 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
     // any miss takes a slot keeps a batch that selects more experts than the arena holds from
     // evicting its own resident experts.
     std::vector<int32_t> experts;
-    std::vector<char> seen(n_expert_, 0);
+    chain_rows_.assign(n_expert_, 0);
     for (int64_t t = 0; t < ids->ne[1]; ++t) {
         for (int64_t k = 0; k < ids->ne[0]; ++k) {
             const int32_t e = *reinterpret_cast<const int32_t *>(static_cast<const char *>(ids->data) + t * ids->nb[1] +
@@ -190,8 +190,7 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
                 throw Error("internal: router selected expert " + std::to_string(e) + " of " +
                             std::to_string(n_expert_));
             }
-            if (!seen[static_cast<size_t>(e)]) {
-                seen[static_cast<size_t>(e)] = 1;
+            if (chain_rows_[static_cast<size_t>(e)]++ == 0) {
                 experts.push_back(e);
             }
         }

@@ -182,6 +182,7 @@ private:
     bool token_clock_running_ = false;
     std::vector<uint64_t> layer_ops_;      // expert matmuls served per layer
     std::vector<uint64_t> layer_batches_;  // batches seen per layer
+    std::vector<int64_t> chain_rows_;      // rows of the current chain's batch per expert (counted once per chain)
     std::vector<uint64_t> read_in_batch_;  // [layer x expert]: the batch it was last read in, + 1
 };
 

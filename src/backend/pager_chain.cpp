@@ -129,16 +129,9 @@ void Pager::compute_node_on_cpu(ggml_cgraph * graph, int i) {
 
 std::vector<char> Pager::solo_experts(const std::vector<ggml_tensor *> & chain,
                                       const std::vector<const Use *> & group) const {
-    const ggml_tensor * ids = chain.front()->src[2];
-    std::vector<int64_t> rows(n_expert_, 0);
-    for (int64_t t = 0; t < ids->ne[1]; ++t) {
-        for (int64_t k = 0; k < ids->ne[0]; ++k) {
-            ++rows[static_cast<size_t>(id_at(ids, k, t))];
-        }
-    }
     std::vector<char> solo(n_expert_, 0);
     for (const Use * u : group) {
-        const int64_t n = rows[static_cast<size_t>(u->expert)];
+        const int64_t n = chain_rows_[static_cast<size_t>(u->expert)];
         for (const ggml_tensor * c : chain) {
             const ggml_tensor * w = c->src[0];
             if (c->op == GGML_OP_MUL_MAT_ID && expert_takes_special_kernel(w->type, w->ne[0], w->ne[1], n)) {

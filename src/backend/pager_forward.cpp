@@ -119,7 +119,8 @@ Pager::ExpertForward Pager::expert_forward(int layer_no, int32_t expert, const s
         g = g ? into(biased(g, gate_b), f.gate) : nullptr;
         ggml_tensor * h = into(activate(ctx, spec, g, u), f.h);
         ggml_tensor * d = into(biased(ggml_mul_mat_id(ctx, weights(*down), h, it), down_b), f.down);
-        ggml_tensor * o = into(spec.weight_before_ffn ? ggml_scale(ctx, d, 1.0f) : ggml_mul(ctx, d, wt), f.out);
+        // With the weight applied before the FFN, llama.cpp's output is down's (copied below).
+        ggml_tensor * o = spec.weight_before_ffn ? d : into(ggml_mul(ctx, d, wt), f.out);
         ggml_cgraph * gf = ggml_new_graph_custom(ctx, 32, false);
         ggml_build_forward_expand(gf, o);
         if (g) {
@@ -140,6 +141,9 @@ Pager::ExpertForward Pager::expert_forward(int layer_no, int32_t expert, const s
         ggml_free(ctx);
         if (st != GGML_STATUS_SUCCESS) {
             throw Error("the CPU expert forward failed");
+        }
+        if (spec.weight_before_ffn) {
+            f.out = f.down;
         }
     } catch (...) {
         if (!arena_.is_ready(a->ref)) {
