@@ -9,13 +9,18 @@ fast=0
 jobs=$(nproc 2>/dev/null || echo 2)
 
 scripts/setup.sh build
+# The tests share the models they synthesize through <build>/tests/models (see
+# tests/test_util.cpp); each stage removes them when it is done (several GB).
+trap 'rm -rf build/tests/models build-asan/tests/models build-tsan/tests/models' EXIT
 (cd build && ctest -j "$jobs" --output-on-failure)
+rm -rf build/tests/models
 
 if ((fast == 0)); then
   echo "test: ASan + UBSan build"
   scripts/setup.sh build-asan -DEPQ_SANITIZE="address;undefined"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -j "$jobs" --output-on-failure)
+  rm -rf build-asan/tests/models
   echo "test: TSan build (threaded parts)"
   scripts/setup.sh build-tsan -DEPQ_SANITIZE=thread
   (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j "$jobs" --output-on-failure -R '^(Synth|ReadPool|DirectReader)\.')

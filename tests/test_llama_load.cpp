@@ -63,7 +63,7 @@ class EveryExpertType : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryExpertType, LoadsAndGivesFiniteLogits) {
     const std::string arch = GetParam() == "q8_0" || GetParam() == "q4_k" ? "qwen35moe" : "qwen3moe";
-    expect_finite_varied_logits(synth_model("type-" + GetParam(), tiny(arch, GetParam())));
+    expect_finite_varied_logits(synth_model("load-type-" + GetParam(), tiny(arch, GetParam())));
 }
 
 INSTANTIATE_TEST_SUITE_P(Synth, EveryExpertType,

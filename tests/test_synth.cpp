@@ -281,3 +281,50 @@ TEST_P(SynthExpertType, WritesTheTypeAndLoadsInLlamaCpp) {
 
 INSTANTIATE_TEST_SUITE_P(Synth, SynthExpertType, ::testing::ValuesIn(expert_quant_types()),
                          [](const auto & p) { return test_name(ggml_type_name(p.param)); });
+
+// Every preset's output head has distinct rows, so the greedy token is the one largest logit
+// and any two tools agree on it whatever their tie-breaking. The head (vocabulary x n_embd, its
+// type and the tokenizer) is the preset's own; the layers are cut to a few small ones, which
+// change the hidden states but not how the head's rows were drawn.
+class SynthPresetHead : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SynthPresetHead, TopLogitIsNeverTied) {
+    SynthConfig cfg = make_preset(GetParam());
+    SynthShape & s = cfg.shape;
+    s.n_layer = std::min<uint32_t>(s.n_layer, std::max<uint32_t>({2, s.full_attn_interval, s.n_dense_lead + 1}));
+    s.n_expert = std::min<uint32_t>(s.n_expert, 8);
+    s.n_expert_used = std::min<uint32_t>(s.n_expert_used, 2);
+    s.n_ff_exp = 256;
+    if (s.n_ff_shexp != 0) {
+        s.n_ff_shexp = 256;
+    }
+    const std::string path = synth_model("head-" + GetParam(), cfg);
+
+    set_llama_verbosity(false);
+    SessionOptions so;
+    so.n_ctx = 128;
+    LlamaSession session(path, so);
+    session.decode(session.tokenize("Once upon a time, in a country far away, there lived", true));
+    for (int step = 0; step < 4; ++step) {
+        const float * logits = session.logits();
+        ASSERT_NE(logits, nullptr);
+        std::vector<llama_token> order(static_cast<size_t>(session.n_vocab()));
+        for (size_t i = 0; i < order.size(); ++i) {
+            order[i] = static_cast<llama_token>(i);
+        }
+        std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                          [&](llama_token a, llama_token b) { return logits[a] > logits[b]; });
+        ASSERT_GT(logits[order[0]], logits[order[1]])
+            << GetParam() << ": tokens " << order[0] << " and " << order[1] << " tie at the top of step " << step;
+        session.decode({order[0]});
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Synth, SynthPresetHead, ::testing::ValuesIn([] {
+                             std::vector<std::string> names;
+                             for (const auto & p : list_presets()) {
+                                 names.push_back(p.name);
+                             }
+                             return names;
+                         }()),
+                         [](const auto & p) { return test_name(p.param); });

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -63,9 +64,29 @@ std::string synth_model(const std::string & name, const SynthConfig & cfg) {
     if (it != made.end()) {
         return it->second;
     }
-    const std::string path = temp_dir() + "/" + name + ".gguf";
     SynthOptions opts;
     opts.progress = false;
+    // ctest runs every test in its own process, and many use the same models: they share them
+    // through EPQ_TEST_MODEL_CACHE (set by the test build). A model's name there carries the
+    // test binary's size and time, so a rebuilt synthesizer never meets an older file; each is
+    // written under a private name and renamed into place, so concurrent writers never collide.
+    const char * cache = std::getenv("EPQ_TEST_MODEL_CACHE");
+    struct stat self {};
+    if (cache && *cache && stat("/proc/self/exe", &self) == 0) {
+        mkdir(cache, 0755);
+        const std::string path = std::string(cache) + "/" + name + "-" + std::to_string(self.st_size) + "-" +
+                                 std::to_string(self.st_mtim.tv_sec) + ".gguf";
+        if (access(path.c_str(), R_OK) != 0) {
+            const std::string mine = path + "." + std::to_string(getpid());
+            synthesize(cfg, mine, opts);
+            if (std::rename(mine.c_str(), path.c_str()) != 0) {
+                std::perror(("rename " + mine).c_str());
+                std::abort();
+            }
+        }
+        return made[name] = path;
+    }
+    const std::string path = temp_dir() + "/" + name + ".gguf";
     synthesize(cfg, path, opts);
     return made[name] = path;
 }

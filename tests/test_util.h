@@ -26,7 +26,8 @@ bool sampled_under_sanitizer(const std::string & param, std::initializer_list<co
 // A fresh directory under $TMPDIR, removed at process exit.
 const std::string & temp_dir();
 
-// Synthesizes `cfg` into the temp dir under `name` (once per process) and returns its path.
+// Synthesizes `cfg` under `name` and returns its path: once per test run when the test build's
+// model cache is set, else once per process. A name stands for one config in the whole suite.
 std::string synth_model(const std::string & name, const SynthConfig & cfg);
 
 // A tiny preset as a config, with a quant preset (default: the preset's own types) and seed.

@@ -184,7 +184,10 @@ SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, co
                 for (auto d : t.ne) {
                     nelements *= d;
                 }
-                TensorFiller filler(pools, t.type, t.ne[0], nelements, t.dist, cfg.seed ^ hash_string(t.name));
+                // The output head's rows (token_embd when tied) must differ: see TensorFiller.
+                const bool distinct = t.name == (cfg.shape.tie_embeddings ? "token_embd.weight" : "output.weight");
+                TensorFiller filler(pools, t.type, t.ne[0], nelements, t.dist, cfg.seed ^ hash_string(t.name),
+                                    distinct);
                 const uint64_t step = std::max<uint64_t>(1, kChunk / filler.unit_bytes()) * filler.unit_bytes();
                 for (uint64_t done = 0; done < filler.nbytes();) {
                     const uint64_t n = std::min(step, filler.nbytes() - done);

@@ -108,7 +108,7 @@ const std::vector<uint8_t> & UnitPoolCache::get(ggml_type type, int64_t unit_ele
 }
 
 TensorFiller::TensorFiller(UnitPoolCache & pools, ggml_type type, int64_t n_per_row, int64_t nelements,
-                           const ValueDist & dist, uint64_t seed) {
+                           const ValueDist & dist, uint64_t seed, bool distinct_rows) {
     if (ggml_type_size(type) == 0 || ggml_blck_size(type) == 0 || n_per_row % ggml_blck_size(type) != 0) {
         throw Error(std::string("cannot store a row of ") + std::to_string(n_per_row) + " values as " +
                     ggml_type_name(type) + " (block size " + std::to_string(ggml_blck_size(type)) + ")");
@@ -116,7 +116,12 @@ TensorFiller::TensorFiller(UnitPoolCache & pools, ggml_type type, int64_t n_per_
     nbytes_ = ggml_row_size(type, n_per_row) * static_cast<uint64_t>(nelements / n_per_row);
     const int64_t unit = unit_elements(type, n_per_row);
     const int64_t n_units = nelements / unit;
-    const uint32_t pool_units = pool_units_for(n_units);
+    const int64_t n_rows = nelements / n_per_row;
+    uint32_t pool_units = pool_units_for(n_units);
+    if (distinct_rows) {
+        pool_units = std::max(pool_units, static_cast<uint32_t>(n_rows));
+        units_per_row_ = static_cast<uint64_t>(n_per_row / unit);
+    }
     if (n_units <= static_cast<int64_t>(pool_units)) {
         direct_ = quantize_values(type, draw_values(dist, static_cast<size_t>(nelements), seed), n_per_row);
         unit_bytes_ = 1;
@@ -138,6 +143,7 @@ void TensorFiller::fill(uint8_t * dst, uint64_t n) {
         return;
     }
     // xorshift-style stepping inline: this loop is the synthesizer's hot path.
+    const uint64_t first_unit = pos_ / unit_bytes_;
     uint64_t s0 = rng_state_[0], s1 = rng_state_[1];
     const uint8_t * pool = pool_->data();
     const uint64_t ub = unit_bytes_;
@@ -148,7 +154,13 @@ void TensorFiller::fill(uint8_t * dst, uint64_t n) {
         x ^= x << 23;
         s1 = x ^ y ^ (x >> 17) ^ (y >> 26);
         const uint64_t r = s1 + y;
-        const uint64_t pick = ((r >> 32) * pool_units_) >> 32;
+        uint64_t pick = ((r >> 32) * pool_units_) >> 32;
+        if (units_per_row_ != 0) {
+            const uint64_t u = first_unit + off / ub;
+            if (u % units_per_row_ == 0) {
+                pick = u / units_per_row_;  // row r starts with pool unit r: rows differ
+            }
+        }
         std::memcpy(dst + off, pool + pick * ub, ub);
     }
     rng_state_[0] = s0;

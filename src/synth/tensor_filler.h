@@ -6,6 +6,10 @@
 // distribution and quantized by ggml itself): each unit of the tensor is a pool unit picked at
 // random. Every unit is a valid encoding of random values of the right magnitude, and the
 // result depends only on the seed. Small tensors are quantized value by value.
+//
+// A matrix whose rows must differ (the output head: equal rows give exactly tied logits, and
+// then "greedy" depends on how a sampler breaks ties) takes its first unit of row r from pool
+// unit r of a pool with at least one unit per row, so no two rows are equal.
 #pragma once
 
 #include "ggml.h"
@@ -34,7 +38,7 @@ class TensorFiller {
 public:
     // n_per_row = ne[0]; nelements = total element count.
     TensorFiller(UnitPoolCache & pools, ggml_type type, int64_t n_per_row, int64_t nelements, const ValueDist & dist,
-                 uint64_t seed);
+                 uint64_t seed, bool distinct_rows = false);
 
     uint64_t nbytes() const { return nbytes_; }
     // Bytes per unit: fill() is called with chunk sizes that are multiples of this.
@@ -49,6 +53,7 @@ private:
     std::vector<uint8_t> direct_;  // small tensors: the whole tensor, quantized up front
     const std::vector<uint8_t> * pool_ = nullptr;
     uint32_t pool_units_ = 0;
+    uint64_t units_per_row_ = 0;  // set only for distinct rows
     uint64_t rng_state_[4] = {0, 0, 0, 0};
 };
 
