@@ -29,6 +29,10 @@ LlamaSession::LlamaSession(const std::string & model_path, const SessionOptions 
     cp.n_ctx = opts.n_ctx;
     cp.n_batch = opts.n_batch;
     cp.n_ubatch = opts.n_batch;
+    cp.n_seq_max = opts.n_seq_max;
+    // One KV buffer for every sequence: a step that holds tokens of several slots is then one
+    // ubatch (one graph, each expert read once), not one per sequence.
+    cp.kv_unified = opts.n_seq_max > 1;
     cp.n_threads = opts.n_threads;
     cp.n_threads_batch = opts.n_threads;
     cp.cb_eval = opts.cb_eval;

@@ -16,6 +16,8 @@ struct SessionOptions {
     int n_threads = 2;
     uint32_t n_ctx = 2048;
     uint32_t n_batch = 512;
+    // Sequences (epq serve's slots) sharing one KV cache; n_ctx is their total.
+    uint32_t n_seq_max = 1;
     // Weight repacking changes which kernel computes a matmul, so exact comparisons run
     // without it (llama.cpp's -nr).
     bool use_extra_bufts = false;

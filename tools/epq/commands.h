@@ -17,5 +17,6 @@ Handler add_chat(CLI::App & app);
 Handler add_verify(CLI::App & app);
 Handler add_bench(CLI::App & app);
 Handler add_simulate(CLI::App & app);
+Handler add_serve(CLI::App & app);
 
 }  // namespace epq::cli

@@ -50,12 +50,19 @@ int main(int argc, char ** argv) {
     add(epq::cli::add_verify);
     add(epq::cli::add_simulate);
     add(epq::cli::add_bench);
+    add(epq::cli::add_serve);
 
     // Called as epq-chat: the chat subcommand.
     std::vector<std::string> args(argv + 1, argv + argc);
     const std::string self = argv[0];
     if (self.size() >= 8 && self.compare(self.size() - 8, 8, "epq-chat") == 0) {
         args.insert(args.begin(), "chat");
+    }
+    // llama.cpp's two-letter short flags, which CLI11 cannot name: -np N is --parallel N.
+    for (auto & a : args) {
+        if (a == "-np") {
+            a = "--parallel";
+        }
     }
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
 

@@ -63,6 +63,7 @@ LoadedModel load_model(const RunOptions & o) {
     so.n_threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     so.n_ctx = o.n_ctx;
     so.n_batch = o.n_batch;
+    so.n_seq_max = o.n_parallel;
     m.n_threads = so.n_threads;
     // A model without routed experts has nothing to page: say so and run it as stock does.
     const bool dense = !o.no_pager && !has_routed_experts(file);

@@ -22,6 +22,7 @@ struct RunOptions {
     int n_threads = 0;  // 0: all cores
     uint32_t n_ctx = 4096;
     uint32_t n_batch = 512;
+    uint32_t n_parallel = 1;  // sequences in the context (epq serve's slots)
     SamplingOptions sampling;
     bool no_pager = false;
     std::string arena = "auto";
