@@ -12,9 +12,9 @@ build_dir=${1:-build}
 shift || true
 
 # Command -> Debian package, and packages found by dpkg.
-# gnuplot draws `epq bench --plot`.
+# gnuplot draws `epq bench --plot`; node runs the OpenAI client tests.
 declare -A cmd_pkg=([cmake]=cmake [g++]=g++ [make]=make [git]=git [npm]=npm [gnuplot]=gnuplot-nox)
-lib_pkgs=(libgtest-dev libcli11-dev nlohmann-json3-dev)
+lib_pkgs=(libgtest-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev pkg-config)
 
 missing=()
 for cmd in "${!cmd_pkg[@]}"; do

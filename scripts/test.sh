@@ -9,6 +9,8 @@ fast=0
 jobs=$(nproc 2>/dev/null || echo 2)
 
 scripts/setup.sh build
+# The OpenAI client tests drive epq serve with the official openai package, pinned by the lockfile.
+(cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)
 # The tests share the models they synthesize through <build>/tests/models (see
 # tests/test_util.cpp); each stage removes them when it is done (several GB).
 trap 'rm -rf build/tests/models build-asan/tests/models build-tsan/tests/models' EXIT

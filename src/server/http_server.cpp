@@ -80,7 +80,17 @@ bool same_key(const std::string & a, const std::string & b) {
 }
 
 // A stream's state, kept alive by the content provider until the connection is done with it.
+// Counts a request as in flight for as long as it lives (until its stream is fully written).
+struct InFlight {
+    std::atomic<int> & n;
+    explicit InFlight(std::atomic<int> & counter) : n(counter) { ++n; }
+    ~InFlight() { --n; }
+    InFlight(const InFlight &) = delete;
+    InFlight & operator=(const InFlight &) = delete;
+};
+
 struct Stream {
+    std::unique_ptr<InFlight> in_flight;
     ParsedRequest parsed;
     std::unique_ptr<ResponseBuilder> builder;
     std::shared_ptr<CompletionChannel> channel;
@@ -97,6 +107,7 @@ struct HttpServer::Impl {
     std::atomic<ServingEngine *> engine{nullptr};
     std::thread thread;
     int port = -1;
+    std::atomic<int> in_flight{0};
 
     explicit Impl(ServerOptions opts) : o(std::move(opts)) {}
 
@@ -222,6 +233,11 @@ void HttpServer::Impl::routes() {
         }
         send_json(res, 200, {{"tokens", out}});
     });
+    // The prompt a chat request becomes (llama-server's /apply-template).
+    svr.Post("/apply-template", [this](const httplib::Request & req, httplib::Response & res) {
+        const auto msgs = parse_messages(parse_body(req));
+        send_json(res, 200, {{"prompt", engine.load()->apply_chat_template(msgs)}});
+    });
     svr.Post("/detokenize", [this](const httplib::Request & req, httplib::Response & res) {
         const json body = parse_body(req);
         if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array()) {
@@ -296,6 +312,7 @@ void HttpServer::Impl::completion(const httplib::Request & req, httplib::Respons
     ServingEngine & e = *engine.load();
     const json body = parse_body(req);
     auto stream = std::make_shared<Stream>();
+    stream->in_flight = std::make_unique<InFlight>(in_flight);
     stream->parsed = ep == Endpoint::chat ? parse_chat_request(body, e, model_name())
                                           : parse_completion_request(body, e, model_name());
     stream->channel = e.submit(stream->parsed.req);
@@ -306,14 +323,22 @@ void HttpServer::Impl::completion(const httplib::Request & req, httplib::Respons
     if (!stream->parsed.stream) {
         std::string text;
         std::vector<TokenLogprob> lps;
+        auto checked = std::chrono::steady_clock::now();
         for (;;) {
             CompletionEvent ev;
-            if (!stream->channel->pop(ev, kPoll)) {
+            const bool got = stream->channel->pop(ev, kPoll);
+            // Events may come every few milliseconds: look at the client on a clock, not only
+            // when none came.
+            const auto now = std::chrono::steady_clock::now();
+            if (now - checked >= kPoll || !got) {
+                checked = now;
                 if (stream->peer->closed()) {
                     stream->channel->cancel();  // the slot is freed at the next step
                     res.status = 499;
                     return;
                 }
+            }
+            if (!got) {
                 continue;
             }
             if (ev.kind == CompletionEvent::Kind::text) {
@@ -418,6 +443,12 @@ void HttpServer::set_engine(ServingEngine * engine) {
 }
 
 void HttpServer::stop() {
+    // Let the requests in flight write their last words (ServingEngine::shutdown has ended
+    // them): once stopping, cpp-httplib no longer calls stream providers.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (impl_->in_flight > 0 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     if (impl_->thread.joinable()) {
         impl_->svr.stop();
         impl_->thread.join();

@@ -182,23 +182,10 @@ json usage_json(const CompletionUsage & u) {
 
 }  // namespace
 
-ParsedRequest parse_chat_request(const json & body, const ServingEngine & engine, const std::string & model_name) {
-    ParsedRequest p;
-    p.endpoint = Endpoint::chat;
-    p.model = model_name;
-    read_common(body, p);
-    bool logprobs = false;
-    read_bool(body, "logprobs", logprobs);
-    int32_t top = 0;
-    read_number(body, "top_logprobs", top);
-    if (top > 0 && !logprobs) {
-        throw bad_request("'top_logprobs' needs 'logprobs': true");
+std::vector<ChatMessage> parse_messages(const json & body) {
+    if (!body.is_object()) {
+        throw bad_request("the request body must be a JSON object");
     }
-    if (logprobs) {
-        p.req.logprobs = true;
-        p.req.n_probs = top;
-    }
-    check_probs(p);
     const json * messages = field(body, "messages");
     if (!messages) {
         throw bad_request("'messages' is required");
@@ -218,6 +205,27 @@ ParsedRequest parse_chat_request(const json & body, const ServingEngine & engine
         const auto it = m.find("content");
         msgs.push_back({role->get<std::string>(), message_text(it == m.end() ? json() : *it)});
     }
+    return msgs;
+}
+
+ParsedRequest parse_chat_request(const json & body, const ServingEngine & engine, const std::string & model_name) {
+    ParsedRequest p;
+    p.endpoint = Endpoint::chat;
+    p.model = model_name;
+    read_common(body, p);
+    bool logprobs = false;
+    read_bool(body, "logprobs", logprobs);
+    int32_t top = 0;
+    read_number(body, "top_logprobs", top);
+    if (top > 0 && !logprobs) {
+        throw bad_request("'top_logprobs' needs 'logprobs': true");
+    }
+    if (logprobs) {
+        p.req.logprobs = true;
+        p.req.n_probs = top;
+    }
+    check_probs(p);
+    const std::vector<ChatMessage> msgs = parse_messages(body);
     std::string prompt;
     try {
         prompt = engine.apply_chat_template(msgs);

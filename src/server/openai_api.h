@@ -23,6 +23,9 @@ struct ParsedRequest {
     std::string model;           // echoed back
 };
 
+// A chat request's messages (role, text content). Throws ApiError (400).
+std::vector<ChatMessage> parse_messages(const nlohmann::json & body);
+
 // Throws ApiError (400) for malformed requests; uses the engine to template and tokenize.
 ParsedRequest parse_chat_request(const nlohmann::json & body, const ServingEngine & engine,
                                  const std::string & model_name);

@@ -1,0 +1,364 @@
+// epq serve against real clients: cpp-httplib's client and raw sockets here, curl, and the
+// official openai npm package (tests/clients). Exactness is checked against `epq run` and the
+// same server on stock llama.cpp (--no-pager), never against the server itself.
+#include "serve_process.h"
+#include "test_util.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <nlohmann/json.hpp>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+using namespace epq;
+using namespace epq::test;
+using json = nlohmann::json;
+
+namespace {
+
+std::string model() {
+    return synth_model("tiny-qwen3moe", tiny("qwen3moe"));
+}
+
+httplib::Headers key(const std::string & k) {
+    return {{"Authorization", "Bearer " + k}};
+}
+
+json post(ServeProcess & s, const std::string & path, const json & body, int expect = 200,
+          const httplib::Headers & h = {}) {
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(300, 0);
+    auto r = c.Post(path.c_str(), h, body.dump(), "application/json");
+    EXPECT_TRUE(r) << path;
+    if (!r) {
+        return {};
+    }
+    EXPECT_EQ(r->status, expect) << path << ": " << r->body;
+    return json::parse(r->body, nullptr, false);
+}
+
+std::string completion_text(ServeProcess & s, const std::string & prompt, int n) {
+    const json r = post(s, "/v1/completions", {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}});
+    return r.value("choices", json::array({json::object()}))[0].value("text", "<no text>");
+}
+
+// A raw connection that sends one request and reads what comes, for clients that go away.
+struct RawClient {
+    int fd = -1;
+    RawClient(int port, const std::string & path, const json & body) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
+            ADD_FAILURE() << "connect";
+        }
+        const std::string b = body.dump();
+        const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                                "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+        EXPECT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+    }
+    ~RawClient() { close(); }
+    // Reads until `needle` appears or the connection ends (or 60 s pass).
+    std::string read_until(const std::string & needle) {
+        std::string got;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        char buf[4096];
+        while (got.find(needle) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+            timeval tv{1, 0};
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            const ssize_t n = recv(fd, buf, sizeof buf, 0);
+            if (n == 0) {
+                break;
+            }
+            if (n > 0) {
+                got.append(buf, static_cast<size_t>(n));
+            }
+        }
+        return got;
+    }
+    void close() {
+        if (fd >= 0) {
+            ::close(fd);
+            fd = -1;
+        }
+    }
+};
+
+bool any_slot_busy(ServeProcess & s) {
+    httplib::Client c("127.0.0.1", s.port());
+    auto r = c.Get("/slots");
+    if (!r || r->status != 200) {
+        return true;
+    }
+    for (const auto & slot : json::parse(r->body)) {
+        if (slot["is_processing"].get<bool>()) {
+            return true;
+        }
+    }
+    return false;
+}
+
+const json kLong = {{"prompt", "Tell me a very long story."},
+                    {"max_tokens", 100000},
+                    {"ignore_eos", true},
+                    {"temperature", 0},
+                    {"stream", true}};
+
+}  // namespace
+
+TEST(Serve, RoutesKeysAndOpenAIErrors) {
+    ServeProcess s(model(), {"--api-key", "secret", "--metrics", "-np", "2", "-c", "512", "--alias", "tiny"});
+    httplib::Client c("127.0.0.1", s.port());
+    auto health = c.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    EXPECT_EQ(json::parse(health->body), json({{"status", "ok"}}));
+    auto models = c.Get("/v1/models");  // public, like /health
+    ASSERT_TRUE(models);
+    EXPECT_EQ(models->status, 200);
+    EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+
+    const json ok_body = {{"prompt", "Hello"}, {"max_tokens", 2}, {"temperature", 0}, {"some_new_field", 1}};
+    EXPECT_EQ(post(s, "/v1/completions", ok_body, 401)["error"]["type"], "authentication_error");
+    EXPECT_EQ(post(s, "/v1/completions", ok_body, 401, key("wrong"))["error"]["code"], 401);
+    EXPECT_EQ(post(s, "/v1/completions", ok_body, 200, {{"X-Api-Key", "secret"}})["object"], "text_completion");
+    EXPECT_EQ(post(s, "/v1/completions", ok_body, 200, key("secret"))["usage"]["completion_tokens"], 2);
+
+    auto missing = c.Get("/no/such/route", key("secret"));
+    ASSERT_TRUE(missing);
+    EXPECT_EQ(missing->status, 404);
+    EXPECT_EQ(json::parse(missing->body)["error"]["type"], "not_found_error");
+
+    auto malformed = c.Post("/v1/chat/completions", key("secret"), "{\"messages\": [", "application/json");
+    ASSERT_TRUE(malformed);
+    EXPECT_EQ(malformed->status, 400);
+    EXPECT_EQ(json::parse(malformed->body)["error"]["type"], "invalid_request_error");
+    for (const json & bad : {json{{"max_tokens", 4}}, json{{"messages", "hi"}}, json{{"messages", json::array()}},
+                             json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"temperature", "hot"}},
+                             json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 1.5}},
+                             json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stop", 3}},
+                             json{{"messages", {{{"content", "hi"}}}}}, json::array()}) {
+        const json r = post(s, "/v1/chat/completions", bad, 400, key("secret"));
+        EXPECT_EQ(r["error"]["type"], "invalid_request_error") << bad.dump();
+        EXPECT_FALSE(r["error"]["message"].get<std::string>().empty());
+    }
+    EXPECT_EQ(post(s, "/v1/completions", {{"max_tokens", 1}}, 400, key("secret"))["error"]["type"],
+              "invalid_request_error");
+    std::string long_prompt;
+    for (int i = 0; i < 400; ++i) {
+        long_prompt += "word ";
+    }
+    const json too_long = post(s, "/v1/completions", {{"prompt", long_prompt}}, 400, key("secret"));
+    EXPECT_EQ(too_long["error"]["type"], "exceed_context_size_error");
+    EXPECT_EQ(too_long["error"]["n_ctx"], 256);
+    auto huge = c.Post("/v1/completions", key("secret"), std::string(9 << 20, ' '), "application/json");
+    ASSERT_TRUE(huge);
+    EXPECT_EQ(huge->status, 413);
+
+    const json tok = post(s, "/tokenize", {{"content", "Hello world"}}, 200, key("secret"));
+    ASSERT_TRUE(tok["tokens"].is_array());
+    EXPECT_GE(tok["tokens"].size(), 2u);
+    EXPECT_EQ(post(s, "/detokenize", {{"tokens", tok["tokens"]}}, 200, key("secret"))["content"], "Hello world");
+    auto metrics = c.Get("/metrics", key("secret"));
+    ASSERT_TRUE(metrics);
+    for (const char * name : {"llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total",
+                              "llamacpp:n_decode_total", "epq:arena_hits_total", "epq:bytes_read_total",
+                              "epq:read_wait_seconds_total", "epq:prefetch_wasted_bytes_total"}) {
+        EXPECT_NE(metrics->body.find(std::string("\n") + name + " "), std::string::npos) << name;
+    }
+    auto props = c.Get("/props", key("secret"));
+    ASSERT_TRUE(props);
+    EXPECT_EQ(json::parse(props->body)["total_slots"], 2);
+    EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+// Deliverable 7: a request served alone returns what `epq run` generates from the same
+// (templated) prompt, and what the same server on stock llama.cpp returns.
+TEST(Serve, AloneMatchesEpqRunAndStock) {
+    const std::string m = model();
+    ServeProcess paged(m, {"-np", "2", "-c", "1024"});
+    ServeProcess stock(m, {"-np", "2", "-c", "1024", "--no-pager"});
+    const json chat = {{"messages",
+                        {{{"role", "system"}, {"content", "Be brief."}},
+                         {{"role", "user"}, {"content", "What is a mixture of experts?"}}}},
+                       {"max_tokens", 24},
+                       {"temperature", 0}};
+    const std::string templated = post(paged, "/apply-template", chat)["prompt"];
+    ASSERT_NE(templated.find("mixture of experts"), std::string::npos) << templated;
+    for (const std::string & prompt : {std::string("Once upon a time"), templated}) {
+        const auto run = run_epq({"run", "-m", m, "-p", prompt, "-n", "24", "--temp", "0", "-c", "512", "-t", "2"});
+        ASSERT_EQ(run.exit_code, 0) << run.err;
+        const std::string want = run.out.substr(0, run.out.size() - 1);  // epq run ends with a newline
+        EXPECT_EQ(completion_text(paged, prompt, 24), want) << prompt;
+        EXPECT_EQ(completion_text(stock, prompt, 24), want) << prompt;
+    }
+    const json r = post(paged, "/v1/chat/completions", chat);
+    EXPECT_EQ(r["choices"][0]["message"]["content"], completion_text(stock, templated, 24));
+}
+
+// With several requests in one batch, each returns what it returns alone wherever stock
+// llama.cpp is itself batch-invariant for the model; the test measures stock first and says.
+TEST(Serve, ConcurrentRequestsMatchAloneWhereStockDoes) {
+    const std::string m = model();
+    const std::vector<std::string> prompts = {"The capital of France", "def fibonacci(n):", "Once upon a time",
+                                              "Mixture of experts models route"};
+    std::map<std::string, std::vector<std::string>> alone, together;
+    for (const std::string mode : {"stock", "paged"}) {
+        std::vector<std::string> extra = {"-np", "4", "-c", "2048"};
+        if (mode == "stock") {
+            extra.push_back("--no-pager");
+        }
+        ServeProcess s(m, extra);
+        for (const auto & p : prompts) {
+            alone[mode].push_back(completion_text(s, p, 16));
+        }
+        std::vector<std::future<std::string>> fs;
+        for (const auto & p : prompts) {
+            fs.push_back(std::async(std::launch::async, [&s, p] { return completion_text(s, p, 16); }));
+        }
+        for (auto & f : fs) {
+            together[mode].push_back(f.get());
+        }
+    }
+    EXPECT_EQ(alone["paged"], alone["stock"]);
+    if (together["stock"] == alone["stock"]) {
+        std::printf("stock llama.cpp is batch-invariant on this model: the paged server must be too\n");
+        EXPECT_EQ(together["paged"], alone["paged"]);
+    } else {
+        std::printf("stock llama.cpp is not batch-invariant on this model: nothing to require of the batch\n");
+    }
+}
+
+TEST(Serve, ClientThatGoesAwayFreesItsSlot) {
+    ServeProcess s(model(), {"-np", "1", "-c", "8192", "--metrics"});
+    {
+        RawClient raw(s.port(), "/v1/completions", kLong);
+        ASSERT_NE(raw.read_until("data: ").find("data: "), std::string::npos);
+        EXPECT_TRUE(any_slot_busy(s));
+    }  // closed mid-stream
+    const auto t0 = std::chrono::steady_clock::now();
+    while (any_slot_busy(s) && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_FALSE(any_slot_busy(s)) << "the slot still decodes for a client that left";
+    // The same with a non-streaming request.
+    json body = kLong;
+    body["stream"] = false;
+    {
+        RawClient raw(s.port(), "/v1/completions", body);
+        const auto t1 = std::chrono::steady_clock::now();
+        while (!any_slot_busy(s) && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(10)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        EXPECT_TRUE(any_slot_busy(s));
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    while (any_slot_busy(s) && std::chrono::steady_clock::now() - t2 < std::chrono::seconds(10)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_FALSE(any_slot_busy(s));
+    httplib::Client c("127.0.0.1", s.port());
+    auto metrics = c.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_NE(metrics->body.find("\nepq:requests_cancelled_total 2\n"), std::string::npos) << metrics->body;
+    EXPECT_EQ(s.stop(), 0);
+}
+
+TEST(Serve, FullQueueIs503WithRetryAfter) {
+    ServeProcess s(model(), {"-np", "1", "-c", "8192", "--queue", "1"});
+    RawClient running(s.port(), "/v1/completions", kLong);
+    ASSERT_NE(running.read_until("data: ").find("data: "), std::string::npos);
+    RawClient waiting(s.port(), "/v1/completions", kLong);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    httplib::Client c("127.0.0.1", s.port());
+    auto r = c.Post("/v1/completions", json({{"prompt", "Hi"}, {"max_tokens", 1}}).dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503);
+    EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+    EXPECT_EQ(json::parse(r->body)["error"]["type"], "unavailable_error");
+}
+
+TEST(Serve, SigtermEndsStreamsWithAnErrorAndExitsZero) {
+    ServeProcess s(model(), {"-np", "1", "-c", "8192"});
+    RawClient raw(s.port(), "/v1/chat/completions",
+                  {{"messages", {{{"role", "user"}, {"content", "Talk forever."}}}},
+                   {"max_tokens", 100000},
+                   {"ignore_eos", true},
+                   {"stream", true}});
+    ASSERT_NE(raw.read_until("\"content\"").find("data: "), std::string::npos);
+    std::future<int> code = std::async(std::launch::async, [&] { return s.stop(); });
+    const std::string rest = raw.read_until("\"error\"");
+    EXPECT_NE(rest.find("\"error\""), std::string::npos) << rest;
+    EXPECT_EQ(code.get(), 0);
+}
+
+TEST(Serve, CurlStreamsServerSentEvents) {
+    ServeProcess s(model(), {"-np", "1", "-c", "1024"});
+    const json body = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                       {"max_tokens", 6},
+                       {"temperature", 0},
+                       {"stream", true},
+                       {"stream_options", {{"include_usage", true}}}};
+    const auto r = run_command({"curl", "-sS", "-N", "-H", "Content-Type: application/json", "-d", body.dump(),
+                                s.url() + "/v1/chat/completions"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<json> chunks;
+    size_t at = 0;
+    bool done = false;
+    while ((at = r.out.find("data: ", at)) != std::string::npos) {
+        const size_t end = r.out.find("\n\n", at);
+        const std::string data = r.out.substr(at + 6, end - at - 6);
+        at = end;
+        if (data == "[DONE]") {
+            done = true;
+            continue;
+        }
+        chunks.push_back(json::parse(data));
+    }
+    ASSERT_TRUE(done) << r.out;
+    ASSERT_GE(chunks.size(), 3u) << r.out;
+    for (const auto & c : chunks) {
+        EXPECT_EQ(c["id"], chunks[0]["id"]);
+        EXPECT_EQ(c["object"], "chat.completion.chunk");
+    }
+    EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    const json & last_choice = chunks[chunks.size() - 2]["choices"][0];
+    EXPECT_EQ(last_choice["finish_reason"], "length");
+    EXPECT_TRUE(chunks.back()["choices"].empty());
+    EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 6);
+    std::string streamed;
+    for (const auto & c : chunks) {
+        if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content")) {
+            streamed += c["choices"][0]["delta"]["content"].get<std::string>();
+        }
+    }
+    json whole = body;
+    whole["stream"] = false;
+    EXPECT_EQ(post(s, "/v1/chat/completions", whole)["choices"][0]["message"]["content"], streamed);
+}
+
+// The official openai npm package (tests/clients, installed by scripts/test.sh from its
+// lockfile): streaming, non-streaming, abort mid-stream, a two-turn chat that reuses the cache,
+// its errors, and its retry on 503.
+TEST(Serve, OpenAINodeClient) {
+    const std::string dir = std::string(EPQ_SOURCE_DIR) + "/tests/clients";
+    if (access((dir + "/node_modules/openai/package.json").c_str(), R_OK) != 0) {
+        FAIL() << "the openai package is not installed: run (cd tests/clients && npm ci)";
+    }
+    ServeProcess s(model(), {"-np", "2", "-c", "4096", "--api-key", "sk-test", "--metrics"});
+    const auto r = run_command({"node", dir + "/openai_client.mjs", s.url() + "/v1", "sk-test"});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::printf("%s", r.out.c_str());
+    ServeProcess busy(model(), {"-np", "1", "-c", "8192", "--queue", "1"});
+    const auto retry = run_command({"node", dir + "/openai_retry.mjs", busy.url() + "/v1"});
+    EXPECT_EQ(retry.exit_code, 0) << retry.out << retry.err;
+    std::printf("%s", retry.out.c_str());
+}
