@@ -273,12 +273,18 @@ TEST(Serve, ClientThatGoesAwayFreesItsSlot) {
 }
 
 TEST(Serve, FullQueueIs503WithRetryAfter) {
-    ServeProcess s(model(), {"-np", "1", "-c", "8192", "--queue", "1"});
+    ServeProcess s(model(), {"-np", "1", "-c", "8192", "--queue", "1", "--metrics"});
     RawClient running(s.port(), "/v1/completions", kLong);
     ASSERT_NE(running.read_until("data: ").find("data: "), std::string::npos);
     RawClient waiting(s.port(), "/v1/completions", kLong);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     httplib::Client c("127.0.0.1", s.port());
+    for (int i = 0; i < 3000; ++i) {  // until the second request waits in the queue
+        auto m = c.Get("/metrics");
+        if (m && m->body.find("\nllamacpp:requests_deferred 1\n") != std::string::npos) {
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     auto r = c.Post("/v1/completions", json({{"prompt", "Hi"}, {"max_tokens", 1}}).dump(), "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 503);
@@ -357,7 +363,7 @@ TEST(Serve, OpenAINodeClient) {
     const auto r = run_command({"node", dir + "/openai_client.mjs", s.url() + "/v1", "sk-test"});
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     std::printf("%s", r.out.c_str());
-    ServeProcess busy(model(), {"-np", "1", "-c", "8192", "--queue", "1"});
+    ServeProcess busy(model(), {"-np", "1", "-c", "8192", "--queue", "1", "--metrics"});
     const auto retry = run_command({"node", dir + "/openai_retry.mjs", busy.url() + "/v1"});
     EXPECT_EQ(retry.exit_code, 0) << retry.out << retry.err;
     std::printf("%s", retry.out.c_str());
