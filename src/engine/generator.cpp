@@ -1,5 +1,7 @@
 #include "engine/generator.h"
 
+#include "engine/sampling_params.h"
+
 #include <chrono>
 #include <memory>
 
@@ -7,19 +9,16 @@ namespace epq {
 
 namespace {
 
-using SamplerPtr = std::unique_ptr<llama_sampler, void (*)(llama_sampler *)>;
-
-SamplerPtr make_sampler(const SamplingOptions & s) {
-    SamplerPtr chain(llama_sampler_chain_init(llama_sampler_chain_default_params()), llama_sampler_free);
-    if (s.temp <= 0.0f) {
-        llama_sampler_chain_add(chain.get(), llama_sampler_init_greedy());
-    } else {
-        llama_sampler_chain_add(chain.get(), llama_sampler_init_top_k(s.top_k));
-        llama_sampler_chain_add(chain.get(), llama_sampler_init_top_p(s.top_p, 1));
-        llama_sampler_chain_add(chain.get(), llama_sampler_init_temp(s.temp));
-        llama_sampler_chain_add(chain.get(), llama_sampler_init_dist(s.seed));
-    }
-    return chain;
+// epq run's few sampling flags as llama-server's chain (the samplers they leave out are off),
+// so `epq run` and `epq serve` pick the same token from the same logits and seed.
+SamplerChain make_sampler(const SamplingOptions & s, const llama_vocab * vocab) {
+    SamplingParams p;
+    p.temp = s.temp;
+    p.top_k = s.top_k;
+    p.top_p = s.top_p;
+    p.min_p = 0.0f;
+    p.seed = s.seed;
+    return make_sampler_chain(p, vocab);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -33,7 +32,7 @@ GenerationStats generate(LlamaSession & session, const std::vector<llama_token> 
                          bool decode_last, const std::vector<llama_token> & replay) {
     GenerationStats st;
     st.n_prompt = static_cast<int>(prompt_tokens.size());
-    auto sampler = make_sampler(sampling);
+    auto sampler = make_sampler(sampling, session.vocab());
 
     const auto start = std::chrono::steady_clock::now();
     auto t0 = start;

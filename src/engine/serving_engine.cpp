@@ -350,7 +350,7 @@ void ServingEngine::admit_locked() {
         std::count_if(slots_.begin(), slots_.end(), [](const auto & s) { return s->task != nullptr; }));
 }
 
-bool ServingEngine::step() {
+void ServingEngine::step() {
     llama_context * ctx = session_.ctx();
     // Requests whose client went away free their slot before the batch is built.
     for (auto & s : slots_) {
@@ -405,7 +405,7 @@ bool ServingEngine::step() {
         ++busy;
     }
     if (batch.n_tokens == 0) {
-        return false;
+        return;
     }
 
     const auto t0 = Clock::now();
@@ -419,7 +419,7 @@ bool ServingEngine::step() {
                 fail(*s, why);
             }
         }
-        return true;
+        return;
     }
     const double step_s = std::chrono::duration<double>(t1 - t0).count();
 
@@ -507,7 +507,6 @@ bool ServingEngine::step() {
     counters_.requests_processing = static_cast<int>(
         std::count_if(slots_.begin(), slots_.end(), [](const auto & s) { return s->task != nullptr; }));
     read_pager_counters_locked();
-    return true;
 }
 
 void ServingEngine::finish(Slot & s, const std::string & reason) {

@@ -117,7 +117,7 @@ private:
     struct Slot;
     struct Task;
     void loop();
-    bool step();  // one batch; false when there was nothing to do
+    void step();  // one batch
     void admit_locked();
     void finish(Slot & s, const std::string & reason);
     void fail(Slot & s, const std::string & message);

@@ -71,12 +71,12 @@ bool is_public(const std::string & path) {
 }
 
 // Constant-time comparison: a key check should not tell how much of a guess was right.
-bool same_key(const std::string & a, const std::string & b) {
-    unsigned char diff = a.size() == b.size() ? 0 : 1;
-    for (size_t i = 0; i < a.size(); ++i) {
-        diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+bool same_key(const std::string & given, const std::string & key) {
+    size_t diff = given.size() ^ key.size();
+    for (size_t i = 0; i < given.size(); ++i) {
+        diff |= static_cast<unsigned char>(given[i]) ^ static_cast<unsigned char>(i < key.size() ? key[i] : 0);
     }
-    return diff == 0 && !b.empty();
+    return diff == 0;
 }
 
 // A stream's state, kept alive by the content provider until the connection is done with it.

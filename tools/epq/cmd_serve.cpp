@@ -9,6 +9,7 @@
 
 #include <condition_variable>
 #include <csignal>
+#include <memory>
 #include <mutex>
 #include <cstdio>
 #include <fstream>
@@ -95,24 +96,27 @@ int serve(ServeOptions & o) {
     std::fprintf(stderr, "epq: serve: listening on http://%s:%d (loading the model; /health says 503 until ready)\n",
                  o.http.host.c_str(), http.port());
 
-    std::mutex mu;
-    std::condition_variable cv;
-    bool stop = false;
-    ServingEngine * live = nullptr;
-    std::thread watcher([&] {
+    // Shared with the signal thread, which may outlive this function (a failed load returns).
+    struct Shutdown {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool requested = false;
+        bool ready = false;  // the engine runs: end requests in flight instead of exiting
+    };
+    auto shutdown = std::make_shared<Shutdown>();
+    std::thread([shutdown, sigs] {
         int sig = 0;
         sigwait(&sigs, &sig);
         std::fprintf(stderr, "\nepq: serve: %s: no new requests; ending the ones in flight\n",
                      sig == SIGINT ? "SIGINT" : "SIGTERM");
-        std::lock_guard<std::mutex> lk(mu);
-        if (!live) {
+        std::lock_guard<std::mutex> lk(shutdown->mu);
+        if (!shutdown->ready) {
             std::fprintf(stderr, "epq: serve: stopped while loading\n");
             std::_Exit(0);
         }
-        stop = true;
-        cv.notify_all();
-    });
-    watcher.detach();
+        shutdown->requested = true;
+        shutdown->cv.notify_all();
+    }).detach();
 
     LoadedModel m = load_model(r);
     EngineOptions eo;
@@ -122,8 +126,8 @@ int serve(ServeOptions & o) {
     eo.max_queue = o.queue;
     ServingEngine engine(*m.session, m.paged ? &m.paged->pager() : nullptr, eo);
     {
-        std::lock_guard<std::mutex> lk(mu);
-        live = &engine;
+        std::lock_guard<std::mutex> lk(shutdown->mu);
+        shutdown->ready = true;
     }
     http.set_engine(&engine);
     std::fprintf(stderr,
@@ -133,9 +137,10 @@ int serve(ServeOptions & o) {
                  o.http.api_keys.empty() ? "" : ", API key required", o.http.host.c_str(), http.port(),
                  o.http.metrics ? "" : " (off: --metrics)");
 
-    std::unique_lock<std::mutex> lk(mu);
-    cv.wait(lk, [&] { return stop; });
-    lk.unlock();
+    {
+        std::unique_lock<std::mutex> lk(shutdown->mu);
+        shutdown->cv.wait(lk, [&] { return shutdown->requested; });
+    }
     engine.shutdown("the server is shutting down");
     http.stop();
     const EngineCounters c = engine.counters();
