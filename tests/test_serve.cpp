@@ -202,6 +202,20 @@ TEST(Serve, AloneMatchesEpqRunAndStock) {
     }
     const json r = post(paged, "/v1/chat/completions", chat);
     EXPECT_EQ(r["choices"][0]["message"]["content"], completion_text(stock, templated, 24));
+
+    // Sampling with a seed: the same chain draws the same tokens in both tools.
+    const auto seeded = run_epq({"run", "-m", m, "-p", "Once upon a time", "-n", "24", "--temp", "1.2", "--top-k", "50",
+                                 "--top-p", "0.9", "--seed", "11", "-c", "512", "-t", "2"});
+    ASSERT_EQ(seeded.exit_code, 0) << seeded.err;
+    const json sampled = post(paged, "/v1/completions",
+                              {{"prompt", "Once upon a time"},
+                               {"max_tokens", 24},
+                               {"temperature", 1.2},
+                               {"top_k", 50},
+                               {"top_p", 0.9},
+                               {"min_p", 0},
+                               {"seed", 11}});
+    EXPECT_EQ(sampled["choices"][0]["text"], seeded.out.substr(0, seeded.out.size() - 1));
 }
 
 // With several requests in one batch, each returns what it returns alone wherever stock
