@@ -382,3 +382,18 @@ TEST(Serve, OpenAINodeClient) {
     EXPECT_EQ(retry.exit_code, 0) << retry.out << retry.err;
     std::printf("%s", retry.out.c_str());
 }
+
+// A short run of the loopback load test (scripts/serve_load.sh runs the long one): 16 clients
+// with mixed endpoints, prompt lengths, streams and aborts; every request accounted for, the
+// server's counters agree, it exits cleanly (a sanitizer report would make it fail).
+TEST(Serve, LoadTestAccountsForEveryRequest) {
+    const std::string dir = std::string(EPQ_SOURCE_DIR) + "/tests/clients";
+    if (access((dir + "/node_modules/openai/package.json").c_str(), R_OK) != 0) {
+        FAIL() << "the openai package is not installed: run (cd tests/clients && npm ci)";
+    }
+    ServeProcess s(model(), {"-np", "4", "-c", "8192", "--metrics"});
+    const auto r = run_command({"node", dir + "/load.mjs", s.url() + "/v1", "10", "16"});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::printf("%s", r.out.c_str());
+    EXPECT_EQ(s.stop(), 0) << s.log();
+}
