@@ -174,6 +174,12 @@ TEST(Serve, RoutesKeysAndOpenAIErrors) {
                               "epq:read_wait_seconds_total", "epq:prefetch_wasted_bytes_total"}) {
         EXPECT_NE(metrics->body.find(std::string("\n") + name + " "), std::string::npos) << name;
     }
+    // A second server on the same port is refused, not sharing its connections.
+    const auto second =
+        run_command({"timeout", "60", EPQ_BINARY, "serve", "-m", model(), "--port", std::to_string(s.port())});
+    EXPECT_EQ(second.exit_code, 1);
+    EXPECT_NE(second.err.find("cannot listen on 127.0.0.1:" + std::to_string(s.port())), std::string::npos)
+        << second.err;
     auto props = c.Get("/props", key("secret"));
     ASSERT_TRUE(props);
     EXPECT_EQ(json::parse(props->body)["total_slots"], 2);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
+#include <sys/socket.h>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -121,6 +122,12 @@ void HttpServer::Impl::routes() {
     const size_t threads = static_cast<size_t>(std::max(4, o.http_threads));
     svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
     svr.set_payload_max_length(o.max_body_bytes);
+    // cpp-httplib's default also sets SO_REUSEPORT, which lets a second server bind the same
+    // port and take half its connections: only allow quick rebinding after a restart.
+    svr.set_socket_options([](socket_t sock) {
+        int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     svr.set_read_timeout(o.timeout_s, 0);
     svr.set_write_timeout(o.timeout_s, 0);
 
