@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -69,7 +70,7 @@ std::string synth_model(const std::string & name, const SynthConfig & cfg) {
     // ctest runs every test in its own process, and many use the same models: they share them
     // through EPQ_TEST_MODEL_CACHE (set by the test build). A model's name there carries the
     // test binary's size and time, so a rebuilt synthesizer never meets an older file; each is
-    // written under a private name and renamed into place, so concurrent writers never collide.
+    // written under a private name and linked into place, so concurrent writers never collide.
     const char * cache = std::getenv("EPQ_TEST_MODEL_CACHE");
     struct stat self {};
     if (cache && *cache && stat("/proc/self/exe", &self) == 0) {
@@ -79,10 +80,13 @@ std::string synth_model(const std::string & name, const SynthConfig & cfg) {
         if (access(path.c_str(), R_OK) != 0) {
             const std::string mine = path + "." + std::to_string(getpid());
             synthesize(cfg, mine, opts);
-            if (std::rename(mine.c_str(), path.c_str()) != 0) {
-                std::perror(("rename " + mine).c_str());
+            // link(), not rename(): a process that lost the race must not replace the file
+            // under one already using it (the pager notices a replaced model file).
+            if (link(mine.c_str(), path.c_str()) != 0 && errno != EEXIST) {
+                std::perror(("link " + mine).c_str());
                 std::abort();
             }
+            unlink(mine.c_str());
         }
         return made[name] = path;
     }
