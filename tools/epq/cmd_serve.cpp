@@ -177,13 +177,7 @@ Handler add_serve(CLI::App & app) {
         ->capture_default_str();
     sub->add_option("--queue", o->queue, "requests that may wait for a slot; more get 503 with Retry-After")
         ->capture_default_str();
-    sub->add_flag("--no-pager", r.no_pager, "serve through stock llama.cpp (mmap, no repacking): the baseline");
-    sub->add_option("--arena", r.arena, "RAM for experts: a size (4G, 512M) or 'auto'")->capture_default_str();
-    sub->add_option("--read-threads", r.read_threads, "expert reads in flight")->capture_default_str();
-    sub->add_option("--prefetch", r.prefetch, "next-layer prediction: auto, on, off")->capture_default_str();
-    sub->add_option("--policy", r.policy, "arena eviction: lfu or lru")->capture_default_str();
-    sub->add_flag("--preload", r.preload, "fill the arena with experts before serving");
-    sub->add_flag("-v,--verbose", r.verbose, "show llama.cpp's own log");
+    add_pager_flags(*sub, r);
     return [o]() { return serve(*o); };
 }
 

@@ -11,19 +11,7 @@
 
 namespace epq::cli {
 
-void add_model_flags(CLI::App & sub, RunOptions & o, bool model_required) {
-    auto * m = sub.add_option("-m,--model", o.model, "GGUF model file");
-    if (model_required) {
-        m->required();
-    }
-    sub.add_option("-n,--n-predict", o.n_predict, "number of tokens to generate")->capture_default_str();
-    sub.add_option("-t,--threads", o.n_threads, "threads (default: all cores)");
-    sub.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens")->capture_default_str();
-    sub.add_option("-b,--batch-size", o.n_batch, "prompt batch size")->capture_default_str();
-    sub.add_option("--temp", o.sampling.temp, "temperature; 0 = greedy")->capture_default_str();
-    sub.add_option("--top-k", o.sampling.top_k, "top-k sampling (with --temp > 0)")->capture_default_str();
-    sub.add_option("--top-p", o.sampling.top_p, "top-p sampling (with --temp > 0)")->capture_default_str();
-    sub.add_option("--seed", o.sampling.seed, "sampling seed (default: random)");
+void add_pager_flags(CLI::App & sub, RunOptions & o) {
     sub.add_flag("--no-pager", o.no_pager, "run the file through stock llama.cpp (mmap, no repacking): the baseline");
     sub.add_option("--arena", o.arena,
                    "RAM for experts: a size (4G, 512M) or 'auto' (available memory minus dense weights, KV cache "
@@ -40,11 +28,27 @@ void add_model_flags(CLI::App & sub, RunOptions & o, bool model_required) {
         ->capture_default_str();
     sub.add_flag("--preload", o.preload,
                  "fill the arena with experts (file order) before the prompt: for an arena that holds the model");
+    sub.add_flag("-v,--verbose", o.verbose, "show llama.cpp's own log");
+}
+
+void add_model_flags(CLI::App & sub, RunOptions & o, bool model_required) {
+    auto * m = sub.add_option("-m,--model", o.model, "GGUF model file");
+    if (model_required) {
+        m->required();
+    }
+    sub.add_option("-n,--n-predict", o.n_predict, "number of tokens to generate")->capture_default_str();
+    sub.add_option("-t,--threads", o.n_threads, "threads (default: all cores)");
+    sub.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens")->capture_default_str();
+    sub.add_option("-b,--batch-size", o.n_batch, "prompt batch size")->capture_default_str();
+    sub.add_option("--temp", o.sampling.temp, "temperature; 0 = greedy")->capture_default_str();
+    sub.add_option("--top-k", o.sampling.top_k, "top-k sampling (with --temp > 0)")->capture_default_str();
+    sub.add_option("--top-p", o.sampling.top_p, "top-p sampling (with --temp > 0)")->capture_default_str();
+    sub.add_option("--seed", o.sampling.seed, "sampling seed (default: random)");
+    add_pager_flags(sub, o);
     sub.add_option("--trace", o.trace, "record every (token, layer, selected experts) to this file for epq simulate");
     sub.add_flag("--stats", o.stats_per_token, "print statistics after every token");
     sub.add_option("--stats-json", o.stats_json, "write the run's statistics as JSON to this file");
     sub.add_option("--logits-out", o.logits_out, "write every step's logits (raw float32) to this file");
-    sub.add_flag("-v,--verbose", o.verbose, "show llama.cpp's own log");
 }
 
 LoadedModel load_model(const RunOptions & o) {

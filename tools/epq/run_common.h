@@ -39,8 +39,12 @@ struct RunOptions {
     int replay_prompt = 128;  // of which the first this many are the prompt
 };
 
-// Registers -m, -n, -t, -c, -b, sampling, --no-pager, --arena, --read-threads, --stats,
-// --stats-json, --verbose.
+// Registers --no-pager, --arena, --read-threads, --prefetch, --policy, --preload, --verbose:
+// how a model is loaded (shared with epq serve).
+void add_pager_flags(CLI::App & sub, RunOptions & o);
+
+// Registers -m, -n, -t, -c, -b, sampling, the pager flags, --trace, --stats, --stats-json,
+// --logits-out.
 void add_model_flags(CLI::App & sub, RunOptions & o, bool model_required = true);
 
 // A loaded model, paged unless --no-pager.
