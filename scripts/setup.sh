@@ -13,7 +13,7 @@ shift || true
 
 # Command -> Debian package, and packages found by dpkg.
 # gnuplot draws `epq bench --plot`; node runs the OpenAI client tests.
-declare -A cmd_pkg=([cmake]=cmake [g++]=g++ [make]=make [git]=git [npm]=npm [gnuplot]=gnuplot-nox)
+declare -A cmd_pkg=([cmake]=cmake [g++]=g++ [make]=make [git]=git [npm]=npm [gnuplot]=gnuplot-nox [ccache]=ccache)
 lib_pkgs=(libgtest-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev pkg-config)
 
 missing=()
@@ -38,6 +38,10 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
+# ggml compiles through ccache when it is installed. llama.cpp is built the same way in every
+# build directory (the sanitizers instrument epq's own code only), so with paths taken relative
+# to the checkout the sanitizer builds reuse the first build's llama.cpp objects.
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 mkdir -p "$build_dir"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "$@" >"$build_dir/configure.log" 2>&1 || {
   cat "$build_dir/configure.log" >&2
