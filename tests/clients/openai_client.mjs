@@ -47,9 +47,12 @@ const controller = new AbortController();
 const long = await client.chat.completions.create(
   { model: 'any', messages, max_tokens: 100000, ignore_eos: true, stream: true },
   { signal: controller.signal });
-let seen = 0;
+let seen = 0, finishedBeforeAbort = null;
 try {
   for await (const chunk of long) {
+    // Chunks already buffered may still arrive after abort(); only those before it count.
+    if (controller.signal.aborted) continue;
+    finishedBeforeAbort = chunk.choices[0]?.finish_reason ?? finishedBeforeAbort;
     if (chunk.choices[0]?.delta?.content && ++seen === 3) controller.abort();
   }
 } catch (e) {
@@ -57,6 +60,7 @@ try {
   assert.ok(e instanceof OpenAI.APIUserAbortError || e.name === 'AbortError', `abort: ${e}`);
 }
 assert.equal(seen, 3, 'the stream ended before it was aborted');
+assert.equal(finishedBeforeAbort, null, 'the stream finished on its own');
 const slotsURL = baseURL.replace(/\/v1$/, '') + '/slots';
 let busy = true;
 for (let i = 0; i < 100 && busy; ++i) {
