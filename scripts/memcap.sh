@@ -55,9 +55,17 @@ else
   echo 0 >"$cg/memory.swap.max" 2>/dev/null
 fi
 
-# The child moves itself into the cgroup, then becomes the command.
-bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' memcap "$cg" "$@"
-status=$?
+# The child moves itself into the cgroup, then becomes the command. SIGTERM and SIGINT sent to
+# this script are passed on to it (a server under a cap is stopped through its wrapper).
+bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' memcap "$cg" "$@" <&0 &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null' TERM
+trap 'kill -INT "$child" 2>/dev/null' INT
+while :; do
+  wait "$child"
+  status=$?
+  kill -0 "$child" 2>/dev/null || break  # a signal ended the wait, not the child
+done
 
 if ((version == 1)); then
   peak=$(cat "$cg/memory.max_usage_in_bytes")

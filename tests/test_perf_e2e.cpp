@@ -3,12 +3,14 @@
 // figure it promises. Counts and consistency only: no timing is asserted.
 #include "test_util.h"
 
+#include "bench/serve_bench.h"
 #include "gguf/expert_index.h"
 #include "sim/trace.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <set>
 
 using namespace epq;
@@ -175,5 +177,66 @@ TEST(Bench, ReportsEveryFigureAsJsonAndAPlot) {
         EXPECT_EQ(png[1], 'P');
         EXPECT_EQ(png[2], 'N');
         EXPECT_EQ(png[3], 'G');
+    }
+}
+
+TEST(Bench, PercentilesAndMetricsParsing) {
+    EXPECT_EQ(percentile({}, 50), 0.0);
+    EXPECT_EQ(percentile({3.0}, 95), 3.0);
+    EXPECT_EQ(percentile({4.0, 1.0, 3.0, 2.0}, 50), 2.0);  // nearest rank: the 2nd of 4
+    EXPECT_EQ(percentile({4.0, 1.0, 3.0, 2.0}, 95), 4.0);
+    const auto m = parse_metrics_text("# HELP a x\n# TYPE a counter\na 12.5\nb{l=\"1\"} 3\nc:d 7\nbad x\n");
+    ASSERT_EQ(m.size(), 2u);
+    EXPECT_EQ(m[0], std::make_pair(std::string("a"), 12.5));
+    EXPECT_EQ(m[1], std::make_pair(std::string("c:d"), 7.0));
+}
+
+// epq bench --streams: real servers (paged, stock, preloaded) at 1 and 2 streams; every figure
+// is there and adds up. No timing is asserted.
+TEST(Bench, StreamsReportEveryConcurrencyAgainstStock) {
+    const std::string model = model64();
+    const std::string d = temp_dir();
+    const CommandResult r = run_epq({"bench",
+                                     "-m",
+                                     model,
+                                     "--memcap",
+                                     "none",
+                                     "--streams",
+                                     "1,2",
+                                     "-n",
+                                     "8",
+                                     "--stock-tokens",
+                                     "4",
+                                     "--replay-prompt",
+                                     "16",
+                                     "-c",
+                                     "256",
+                                     "-t",
+                                     "2",
+                                     "--read-seconds",
+                                     "0.5",
+                                     "--json",
+                                     d + "/streams.json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("epq bench --streams"), std::string::npos) << r.out;
+    const auto j = read_json(d + "/streams.json");
+    ASSERT_EQ(j["rows"].size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+        const auto & row = j["rows"][i];
+        const int n = static_cast<int>(i) + 1;
+        EXPECT_EQ(row["streams"], n);
+        for (const char * side : {"epq", "stock", "floor"}) {
+            const auto & run = row[side];
+            ASSERT_FALSE(run.contains("error")) << side << ": " << run.dump();
+            EXPECT_EQ(run["ttft_seconds"].size(), static_cast<size_t>(n)) << side;
+            EXPECT_GE(run["steps"].get<double>(), 1.0) << side;
+            // Every step of the window decodes a token of every stream (one may have ended a step early).
+            const double per_step = run["decode_tps"].get<double>() * run["step_seconds"].get<double>();
+            EXPECT_GE(per_step, std::max(1.0, n - 1.0) - 1e-6) << side;
+            EXPECT_LE(per_step, n + 1e-6) << side;
+        }
+        EXPECT_EQ(row["floor"]["missed_expert_bytes_per_step"].get<double>(), 0.0) << "preloaded: nothing to read";
+        EXPECT_EQ(row["compute_source"], "measured: the same server with every expert preloaded, uncapped");
+        EXPECT_GT(row["roofline_tps"].get<double>(), 0.0);
     }
 }

@@ -6,7 +6,7 @@
 #include "gguf/gguf_file.h"
 #include "util/byte_size.h"
 #include "util/error.h"
-#include "verify/self_run.h"
+#include "util/child_process.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,8 +17,6 @@
 #include <unistd.h>
 
 namespace epq {
-
-namespace {
 
 std::string source_file(const std::string & rel) {
     return std::string(EPQ_SOURCE_DIR) + "/" + rel;
@@ -31,6 +29,8 @@ bool drop_page_cache() {
     f.flush();
     return static_cast<bool>(f);
 }
+
+namespace {
 
 // Reads the whole file once so stock llama.cpp's mmap finds it in the page cache.
 void warm_page_cache(const std::string & path) {

@@ -32,6 +32,7 @@ struct BenchOptions {
     double read_floor_seconds = 4.0;
     std::string json_path;
     std::string plot_path;
+    std::vector<int> streams;  // non-empty: the concurrency benchmark of epq serve (serve_bench.h)
 };
 
 // One child run's figures, from its --stats-json.
@@ -56,6 +57,12 @@ double median_of(const std::vector<RunFigures> & runs, double RunFigures::*f);
 
 // The default replay text, shipped with the source.
 std::string default_replay_text();
+
+// A file of the source tree (scripts/memcap.sh, data/...).
+std::string source_file(const std::string & rel);
+
+// Empties the page cache before a capped run (needs root). False when it could not.
+bool drop_page_cache();
 
 // Runs the whole benchmark, prints the table, writes JSON and the plot. Returns the exit code.
 int run_bench(const BenchOptions & o);

@@ -241,6 +241,7 @@ void ServingEngine::read_pager_counters_locked() {
     c.misses = st.misses;
     c.evictions = st.evictions;
     c.bytes_read = st.bytes_read;
+    c.missed_expert_bytes = st.missed_expert_bytes;
     c.read_wait_seconds = st.wait_seconds;
     c.prefetch_used_bytes = st.prefetch.useful_bytes;
     c.prefetch_wasted_bytes = st.prefetch.wasted_bytes;

@@ -51,6 +51,7 @@ struct EngineCounters {
 struct PagerCounters {
     bool paged = false;
     uint64_t arena_bytes = 0, hits = 0, misses = 0, evictions = 0, bytes_read = 0;
+    uint64_t missed_expert_bytes = 0;  // the expert bytes the misses needed
     double read_wait_seconds = 0.0;
     uint64_t prefetch_used_bytes = 0, prefetch_wasted_bytes = 0;
 };

@@ -50,6 +50,8 @@ std::string metrics_text(const EngineCounters & c, const PagerCounters & p) {
         counter("epq:arena_evictions_total", "Experts evicted from the arena.", static_cast<double>(p.evictions));
         counter("epq:bytes_read_total", "Bytes read from the model file for experts.",
                 static_cast<double>(p.bytes_read));
+        counter("epq:missed_expert_bytes_total", "Expert bytes the arena misses needed (reads may round up).",
+                static_cast<double>(p.missed_expert_bytes));
         counter("epq:read_wait_seconds_total", "Time compute waited on expert reads.", p.read_wait_seconds);
         counter("epq:prefetch_used_bytes_total", "Bytes read early by prefetch and then used.",
                 static_cast<double>(p.prefetch_used_bytes));

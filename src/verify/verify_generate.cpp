@@ -2,7 +2,7 @@
 #include "util/byte_size.h"
 #include "util/error.h"
 #include "verify/sample_text.h"
-#include "verify/self_run.h"
+#include "util/child_process.h"
 #include "verify/verify.h"
 
 #include <algorithm>

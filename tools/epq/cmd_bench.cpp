@@ -1,8 +1,9 @@
 #include "commands.h"
 
 #include "bench/bench.h"
+#include "bench/serve_bench.h"
 #include "util/error.h"
-#include "verify/self_run.h"
+#include "util/child_process.h"
 
 #include <sstream>
 
@@ -40,7 +41,11 @@ Handler add_bench(CLI::App & app) {
     sub->add_flag("!--keep-cache", o->drop_caches, "do not drop the page cache before capped runs");
     sub->add_option("--json", o->json_path, "write every figure and run as JSON");
     sub->add_option("--plot", o->plot_path, "draw decode tok/s against the caps to this PNG (gnuplot)");
-    return [o, caps]() {
+    auto streams = std::make_shared<std::string>();
+    sub->add_option("--streams", *streams,
+                    "benchmark epq serve instead: concurrent streams, comma-separated (1,2,4,8); each stream gets "
+                    "its own --replay-prompt tokens and -n tokens (--stock-tokens for stock), -c per stream");
+    return [o, caps, streams]() {
         std::stringstream ss(*caps);
         o->memcaps.clear();
         for (std::string c; std::getline(ss, c, ',');) {
@@ -52,7 +57,22 @@ Handler add_bench(CLI::App & app) {
             throw Error("--memcap needs at least one size or 'none'");
         }
         o->self_exe = self_exe();
-        return run_bench(*o);
+        std::stringstream sn(*streams);
+        for (std::string n; std::getline(sn, n, ',');) {
+            try {
+                size_t used = 0;
+                o->streams.push_back(std::stoi(n, &used));
+                if (used != n.size()) {
+                    throw std::invalid_argument(n);
+                }
+            } catch (const std::exception &) {
+                throw Error("--streams: '" + n + "' is not a number (use a list like 1,2,4,8)");
+            }
+        }
+        if (!o->plot_path.empty() && !o->streams.empty()) {
+            throw Error("--plot draws the single-stream benchmark; drop it with --streams (--json has every figure)");
+        }
+        return o->streams.empty() ? run_bench(*o) : run_stream_bench(*o);
     };
 }
 

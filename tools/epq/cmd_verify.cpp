@@ -1,7 +1,7 @@
 #include "commands.h"
 
 #include "util/error.h"
-#include "verify/self_run.h"
+#include "util/child_process.h"
 #include "verify/verify.h"
 
 #include <climits>

@@ -1,0 +1,480 @@
+#include "bench/serve_bench.h"
+
+#include "bench/read_floor.h"
+#include "engine/memory_budget.h"
+#include "gguf/expert_index.h"
+#include "gguf/gguf_file.h"
+#include "util/byte_size.h"
+#include "util/child_process.h"
+#include "util/error.h"
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+namespace epq {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The counters of /metrics the window needs.
+struct Counters {
+    double tokens = 0, seconds = 0, steps = 0, missed = 0, read = 0, wait = 0, hits = 0, misses = 0, arena = 0;
+};
+
+Counters counters_of(const std::string & text) {
+    Counters c;
+    for (const auto & [name, v] : parse_metrics_text(text)) {
+        if (name == "llamacpp:tokens_predicted_total") {
+            c.tokens = v;
+        } else if (name == "llamacpp:tokens_predicted_seconds_total") {
+            c.seconds = v;
+        } else if (name == "llamacpp:n_decode_total") {
+            c.steps = v;
+        } else if (name == "epq:missed_expert_bytes_total") {
+            c.missed = v;
+        } else if (name == "epq:bytes_read_total") {
+            c.read = v;
+        } else if (name == "epq:read_wait_seconds_total") {
+            c.wait = v;
+        } else if (name == "epq:arena_hits_total") {
+            c.hits = v;
+        } else if (name == "epq:arena_misses_total") {
+            c.misses = v;
+        } else if (name == "epq:arena_bytes") {
+            c.arena = v;
+        }
+    }
+    return c;
+}
+
+enum class Mode { epq, stock, floor };
+
+const char * mode_name(Mode m) {
+    return m == Mode::epq ? "epq" : m == Mode::stock ? "stock" : "epq, every expert preloaded";
+}
+
+// What the client threads share with the one that samples the window.
+struct Progress {
+    std::mutex mu;
+    std::condition_variable cv;
+    int first_tokens = 0;
+    int finished = 0;
+    std::string error;
+};
+
+// One streaming /v1/completions request; records its time to first token.
+void stream_one(int port, const json & body, Progress & pr, double & ttft) {
+    httplib::Client cli("127.0.0.1", port);
+    cli.set_read_timeout(24 * 3600, 0);
+    cli.set_write_timeout(60, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    const auto t0 = Clock::now();
+    bool first = false;
+    std::string buf;
+    req.content_receiver = [&](const char * data, size_t len, uint64_t, uint64_t) {
+        buf.append(data, len);
+        for (size_t end; (end = buf.find("\n\n")) != std::string::npos;) {
+            const std::string event = buf.substr(0, end);
+            buf.erase(0, end + 2);
+            if (first || event.rfind("data: {", 0) != 0) {
+                continue;
+            }
+            const json j = json::parse(event.substr(6), nullptr, false);
+            if (j.is_object() && j.contains("choices") && !j["choices"].empty() &&
+                !j["choices"][0].value("text", std::string()).empty()) {
+                first = true;
+                ttft = seconds_since(t0);
+                std::lock_guard<std::mutex> lk(pr.mu);
+                ++pr.first_tokens;
+                pr.cv.notify_all();
+            }
+        }
+        return true;
+    };
+    const auto res = cli.send(req);
+    std::lock_guard<std::mutex> lk(pr.mu);
+    if (!res || res->status != 200) {
+        pr.error = !res ? "request failed: " + httplib::to_string(res.error())
+                        : "HTTP " + std::to_string(res->status) + ": " + res->body;
+    } else if (!first) {
+        pr.error = "a stream ended without any text (raise -n?)";
+    }
+    if (!first) {
+        ++pr.first_tokens;  // do not leave the sampler waiting
+    }
+    ++pr.finished;
+    pr.cv.notify_all();
+}
+
+struct StreamBench {
+    const BenchOptions & o;
+    std::string replay_text;
+    int threads;
+    bool dropped_ok = true;
+
+    std::vector<std::string> server_args(const std::string & cap, int n, Mode mode) const {
+        std::vector<std::string> a;
+        if (cap != "none") {
+            a = {source_file("scripts/memcap.sh"), cap, "--"};
+        }
+        a.insert(a.end(), {o.self_exe, "serve", "-m", o.model, "--port", "0", "--parallel", std::to_string(n), "-c",
+                           std::to_string(o.n_ctx * static_cast<uint32_t>(n)), "-b", std::to_string(o.n_batch), "-t",
+                           std::to_string(threads), "--metrics"});
+        if (mode == Mode::stock) {
+            a.push_back("--no-pager");
+        } else {
+            a.insert(a.end(), {"--arena", mode == Mode::floor ? std::string("auto") : o.arena, "--prefetch", o.prefetch,
+                               "--policy", o.policy, "--read-threads", std::to_string(o.read_threads)});
+            if (mode == Mode::floor) {
+                a.push_back("--preload");
+            }
+        }
+        return a;
+    }
+
+    static std::string failure(BackgroundProcess & p) {
+        const std::string err = p.err();
+        const size_t at = err.rfind("epq: error:");
+        if (p.exit_code() == 137) {
+            return "OOM-killed under the cap";
+        }
+        return at != std::string::npos ? err.substr(at, err.find('\n', at) - at)
+                                       : "exit status " + std::to_string(p.exit_code());
+    }
+
+    StreamRun run(const std::string & cap, int n, Mode mode, const std::string & tag) {
+        StreamRun r;
+        r.streams = n;
+        if (cap != "none" && o.drop_caches) {
+            dropped_ok = drop_page_cache() && dropped_ok;
+        }
+        std::fprintf(stderr, "epq bench: %s, %d stream%s, cap %s ...\n", mode_name(mode), n, n == 1 ? "" : "s",
+                     cap.c_str());
+        BackgroundProcess p(server_args(cap, n, mode), scratch_dir() + "/" + tag + ".err");
+        const auto fail = [&](const std::string & why) {
+            r.error = why;
+            p.stop(30);
+            std::fprintf(stderr, "epq bench:   failed: %s\n", why.c_str());
+            return r;
+        };
+        // Ready: the URL is printed first, " ready in " once the model is loaded.
+        int port = -1;
+        for (const auto t0 = Clock::now();;) {
+            const std::string err = p.err();
+            const size_t at = err.find("listening on http://127.0.0.1:");
+            if (at != std::string::npos) {
+                port = std::atoi(err.c_str() + at + 30);
+            }
+            if (port > 0 && err.find(" ready in ") != std::string::npos) {
+                break;
+            }
+            if (!p.running()) {
+                return fail(failure(p));
+            }
+            if (seconds_since(t0) > 3600) {
+                return fail("the server was not ready within an hour");
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        httplib::Client cli("127.0.0.1", port);
+        cli.set_read_timeout(600, 0);
+        const auto tok = cli.Post("/tokenize", json{{"content", replay_text}}.dump(), "application/json");
+        if (!tok || tok->status != 200) {
+            return fail("POST /tokenize failed");
+        }
+        const std::vector<int32_t> tokens = json::parse(tok->body)["tokens"].get<std::vector<int32_t>>();
+        if (tokens.size() < static_cast<size_t>(o.replay_prompt)) {
+            return fail("the replay text has " + std::to_string(tokens.size()) + " tokens, fewer than --replay-prompt");
+        }
+
+        // Every stream its own stretch of the text (no prompt cache shared between them).
+        Progress pr;
+        r.ttft_seconds.assign(static_cast<size_t>(n), 0.0);
+        std::vector<std::thread> clients;
+        const int n_predict = mode == Mode::stock ? o.n_decode_stock : o.n_decode;
+        for (int i = 0; i < n; ++i) {
+            std::vector<int32_t> prompt;
+            for (int k = 0; k < o.replay_prompt; ++k) {
+                prompt.push_back(
+                    tokens[(static_cast<size_t>(i) * static_cast<size_t>(o.replay_prompt) + k) % tokens.size()]);
+            }
+            const json body = {{"prompt", prompt},
+                               {"max_tokens", n_predict},
+                               {"ignore_eos", true},
+                               {"temperature", 0},
+                               {"stream", true}};
+            clients.emplace_back(stream_one, port, body, std::ref(pr),
+                                 std::ref(r.ttft_seconds[static_cast<size_t>(i)]));
+        }
+        const auto sample = [&]() {
+            const auto m = cli.Get("/metrics");
+            return m && m->status == 200 ? counters_of(m->body) : Counters{};
+        };
+        Counters a, b;
+        {
+            std::unique_lock<std::mutex> lk(pr.mu);
+            pr.cv.wait(lk, [&] { return pr.first_tokens == n || pr.finished > 0; });
+        }
+        a = sample();
+        {
+            std::unique_lock<std::mutex> lk(pr.mu);
+            pr.cv.wait(lk, [&] { return pr.finished > 0; });
+        }
+        b = sample();
+        for (auto & t : clients) {
+            t.join();
+        }
+        if (!pr.error.empty()) {
+            return fail(pr.error);
+        }
+        const int code = p.stop(60);
+        const std::string err = p.err();
+        for (std::istringstream in(err); std::getline(in, r.memcap_line);) {
+            if (r.memcap_line.rfind("memcap:", 0) == 0) {
+                break;
+            }
+        }
+        if (r.memcap_line.rfind("memcap:", 0) != 0) {
+            r.memcap_line.clear();
+        }
+        if (code != 0) {
+            r.error = "the server exited " + std::to_string(code) + " on SIGTERM";
+        }
+        r.steps = b.steps - a.steps;
+        if (r.steps < 1 || b.seconds <= a.seconds) {
+            r.error = "no decode step between the first tokens and the first stream's end: raise -n / --stock-tokens";
+            std::fprintf(stderr, "epq bench:   failed: %s\n", r.error.c_str());
+            return r;
+        }
+        r.ok = r.error.empty();
+        r.decode_tps = (b.tokens - a.tokens) / (b.seconds - a.seconds);
+        r.step_seconds = (b.seconds - a.seconds) / r.steps;
+        r.wait_per_step = (b.wait - a.wait) / r.steps;
+        r.missed_per_step = (b.missed - a.missed) / r.steps;
+        r.read_per_step = (b.read - a.read) / r.steps;
+        const double lookups = (b.hits - a.hits) + (b.misses - a.misses);
+        r.hit_rate = lookups > 0 ? (b.hits - a.hits) / lookups : 0.0;
+        r.arena_bytes = static_cast<uint64_t>(b.arena);
+        std::fprintf(stderr, "epq bench:   %.2f tok/s over %.0f steps, TTFT p50 %.2f s\n", r.decode_tps, r.steps,
+                     percentile(r.ttft_seconds, 50));
+        return r;
+    }
+};
+
+json run_json(const StreamRun & r) {
+    if (!r.ok) {
+        return {{"error", r.error}, {"memcap", r.memcap_line}};
+    }
+    return {{"streams", r.streams},
+            {"decode_tps", r.decode_tps},
+            {"ttft_seconds", r.ttft_seconds},
+            {"steps", r.steps},
+            {"step_seconds", r.step_seconds},
+            {"read_wait_per_step_seconds", r.wait_per_step},
+            {"missed_expert_bytes_per_step", r.missed_per_step},
+            {"read_bytes_per_step", r.read_per_step},
+            {"hit_rate", r.hit_rate},
+            {"arena_bytes", r.arena_bytes},
+            {"memcap", r.memcap_line}};
+}
+
+std::string fmt2(double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f", v);
+    return b;
+}
+
+}  // namespace
+
+double percentile(std::vector<double> v, double p) {
+    if (v.empty()) {
+        return 0.0;
+    }
+    std::sort(v.begin(), v.end());
+    const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+    return v[std::min(v.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+std::vector<std::pair<std::string, double>> parse_metrics_text(const std::string & text) {
+    std::vector<std::pair<std::string, double>> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+        if (line.empty() || line[0] == '#') {
+            continue;
+        }
+        const size_t sp = line.rfind(' ');
+        if (sp == std::string::npos || line.find('{') != std::string::npos) {
+            continue;
+        }
+        char * end = nullptr;
+        const double v = std::strtod(line.c_str() + sp + 1, &end);
+        if (end && *end == '\0') {
+            out.emplace_back(line.substr(0, sp), v);
+        }
+    }
+    return out;
+}
+
+int run_stream_bench(const BenchOptions & o) {
+    if (o.n_decode < 3 || o.n_decode_stock < 3 || o.replay_prompt < 1) {
+        throw Error(
+            "--streams needs -n and --stock-tokens >= 3 (a decode window after the first token) and "
+            "--replay-prompt >= 1");
+    }
+    for (int n : o.streams) {
+        if (n < 1 || n > 256) {
+            throw Error("--streams: " + std::to_string(n) + " is not a concurrency from 1 to 256");
+        }
+    }
+    const GgufFile file = GgufFile::open(o.model);
+    const ExpertIndex idx = ExpertIndex::build(file);
+    const std::string replay = o.replay.empty() ? default_replay_text() : o.replay;
+    StreamBench bench{o, read_whole_file(replay),
+                      o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+    if (bench.replay_text.empty()) {
+        throw Error("cannot read the replay text " + replay);
+    }
+    std::fprintf(stderr,
+                 "epq bench: %s: %s, %s (experts %s, dense %s), %d threads; %d-token prompts, %d tokens per "
+                 "stream (stock %d)\n",
+                 o.model.c_str(), idx.arch.c_str(), format_bytes(idx.file_size).c_str(),
+                 format_bytes(idx.expert_bytes).c_str(), format_bytes(idx.dense_bytes).c_str(), bench.threads,
+                 o.replay_prompt, o.n_decode, o.n_decode_stock);
+    const ReadFloor rf = measure_expert_reads(o.model, idx, o.read_threads, o.read_floor_seconds);
+    const double bw = rf.bytes_per_second();
+    std::fprintf(stderr, "epq bench: direct reads of whole experts: %s/s (%s)\n",
+                 format_bytes(static_cast<uint64_t>(bw)).c_str(), rf.direct ? "O_DIRECT" : "buffered");
+    const bool can_floor = available_memory().bytes > idx.expert_bytes + idx.dense_bytes + (2ull << 30);
+
+    struct Row {
+        std::string cap;
+        int n = 0;
+        StreamRun epq, stock, floor;
+        double compute_step = 0, io_step = 0, roofline = 0;
+        std::string compute_source;
+    };
+    std::vector<Row> rows;
+    for (const auto & cap : o.memcaps) {
+        for (int n : o.streams) {
+            Row row;
+            row.cap = cap;
+            row.n = n;
+            const std::string tag = cap + "-" + std::to_string(n);
+            if (can_floor) {
+                row.floor = bench.run("none", n, Mode::floor, "floor-" + tag);
+            }
+            row.epq = bench.run(cap, n, Mode::epq, "epq-" + tag);
+            if (o.stock) {
+                row.stock = bench.run(cap, n, Mode::stock, "stock-" + tag);
+            }
+            if (row.floor.ok && row.floor.missed_per_step == 0) {
+                row.compute_step = row.floor.step_seconds;
+                row.compute_source = "measured: the same server with every expert preloaded, uncapped";
+            } else if (row.epq.ok) {
+                row.compute_step = row.epq.step_seconds - row.epq.wait_per_step;
+                row.compute_source = "estimated: decode step time not spent waiting on reads";
+            }
+            row.io_step = bw > 0 && row.epq.ok ? row.epq.missed_per_step / bw : 0.0;
+            const double step = std::max(row.compute_step, row.io_step);
+            row.roofline = step > 0 ? n / step : 0.0;
+            rows.push_back(row);
+        }
+    }
+
+    std::string out = "\nepq bench --streams: " + o.model + " (" + idx.arch + "), " + std::to_string(bench.threads) +
+                      " threads, " + std::to_string(o.replay_prompt) + "-token prompts, one run per row\n";
+    out += "floors: direct expert reads " + format_bytes(static_cast<uint64_t>(bw)) + "/s; compute per step " +
+           (can_floor ? std::string("measured with every expert preloaded (uncapped)")
+                      : std::string("estimated (RAM cannot hold every expert)")) +
+           "\n";
+    char line[512];
+    std::snprintf(line, sizeof line, "%-6s %7s %10s %10s %11s %7s %15s %15s %7s %12s %11s %10s %8s\n", "cap", "streams",
+                  "arena", "epq tok/s", "stock tok/s", "ratio", "epq TTFT p50/95", "stk TTFT p50/95", "hit",
+                  "missed/step", "compute/st", "roofline", "of roof");
+    out += line;
+    for (const auto & r : rows) {
+        const std::string e_ttft =
+            r.epq.ok ? fmt2(percentile(r.epq.ttft_seconds, 50)) + "/" + fmt2(percentile(r.epq.ttft_seconds, 95)) + " s"
+                     : "failed";
+        const std::string s_ttft = r.stock.ok ? fmt2(percentile(r.stock.ttft_seconds, 50)) + "/" +
+                                                    fmt2(percentile(r.stock.ttft_seconds, 95)) + " s"
+                                              : (o.stock ? "failed" : "-");
+        std::snprintf(
+            line, sizeof line, "%-6s %7d %10s %10.2f %11.2f %6.1fx %15s %15s %6.1f%% %12s %8.1f ms %10.2f %7.0f%%\n",
+            r.cap.c_str(), r.n, format_bytes(r.epq.arena_bytes).c_str(), r.epq.decode_tps, r.stock.decode_tps,
+            r.stock.decode_tps > 0 ? r.epq.decode_tps / r.stock.decode_tps : 0.0, e_ttft.c_str(), s_ttft.c_str(),
+            100.0 * r.epq.hit_rate, format_bytes(static_cast<uint64_t>(r.epq.missed_per_step)).c_str(),
+            1000.0 * r.compute_step, r.roofline, r.roofline > 0 ? 100.0 * r.epq.decode_tps / r.roofline : 0.0);
+        out += line;
+    }
+    out +=
+        "tok/s: tokens of all streams per second of decode steps while every stream decodes (server counters); "
+        "roofline = streams / max(compute s/step, missed expert bytes/step / read bandwidth)\n";
+    if (!bench.dropped_ok) {
+        out += "note: the page cache could not be dropped before capped runs (needs root): stock may look faster\n";
+    }
+    for (const auto & r : rows) {
+        for (const auto * run : {&r.epq, &r.stock, &r.floor}) {
+            if (!run->ok && !run->error.empty()) {
+                out += "note: cap " + r.cap + ", " + std::to_string(r.n) + " streams, " +
+                       (run == &r.epq     ? "epq"
+                        : run == &r.stock ? "stock"
+                                          : "floor") +
+                       ": " + run->error + "\n";
+            }
+        }
+    }
+    std::fputs(out.c_str(), stdout);
+
+    if (!o.json_path.empty()) {
+        json j = {{"model", o.model},
+                  {"arch", idx.arch},
+                  {"threads", bench.threads},
+                  {"prompt_tokens", o.replay_prompt},
+                  {"read_floor_bytes_per_second", bw},
+                  {"rows", json::array()}};
+        for (const auto & r : rows) {
+            j["rows"].push_back({{"memcap", r.cap},
+                                 {"streams", r.n},
+                                 {"epq", run_json(r.epq)},
+                                 {"stock", run_json(r.stock)},
+                                 {"floor", run_json(r.floor)},
+                                 {"compute_seconds_per_step", r.compute_step},
+                                 {"compute_source", r.compute_source},
+                                 {"io_seconds_per_step", r.io_step},
+                                 {"roofline_tps", r.roofline},
+                                 {"fraction_of_roofline", r.roofline > 0 ? r.epq.decode_tps / r.roofline : 0.0}});
+        }
+        std::ofstream f(o.json_path);
+        f << j.dump(2) << "\n";
+        if (!f) {
+            throw Error("cannot write " + o.json_path);
+        }
+        std::fprintf(stderr, "epq bench: wrote %s\n", o.json_path.c_str());
+    }
+    return 0;
+}
+
+}  // namespace epq

@@ -1,0 +1,47 @@
+// epq bench --streams: `epq serve` driven by 1, 2, 4, 8 ... concurrent streaming requests,
+// against the same server on stock llama.cpp (--no-pager) at the same concurrency and cap. For
+// each concurrency it reports aggregate decode tok/s, p50/p95 time to first token, and the
+// roofline: N tokens per step / max(compute per step with every expert resident, missed expert
+// bytes per step / measured read bandwidth).
+//
+// Each server is a child process (under scripts/memcap.sh when capped), driven over loopback
+// HTTP like any client; decode figures come from the server's own /metrics counters, sampled
+// once every stream has its first token and again when the first stream ends, so the window
+// holds only decode steps of all N streams.
+#pragma once
+
+#include "bench/bench.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace epq {
+
+// The figures of one server run at one concurrency.
+struct StreamRun {
+    bool ok = false;
+    std::string error;
+    std::string memcap_line;
+    int streams = 0;
+    std::vector<double> ttft_seconds;  // one per stream
+    double decode_tps = 0;             // aggregate, all streams
+    double steps = 0;                  // decode steps in the window
+    double step_seconds = 0;           // per decode step
+    double wait_per_step = 0;          // of which blocked on expert reads
+    double missed_per_step = 0;        // expert bytes the misses needed
+    double read_per_step = 0;          // bytes read (prefetch included)
+    double hit_rate = 0;
+    uint64_t arena_bytes = 0;
+};
+
+// Nearest-rank percentile (p in 0..100) of `v`; 0 when empty.
+double percentile(std::vector<double> v, double p);
+
+// The Prometheus text of /metrics as name -> value (comments and labels skipped).
+std::vector<std::pair<std::string, double>> parse_metrics_text(const std::string & text);
+
+// Runs the concurrency benchmark for o.streams at every cap in o.memcaps. Returns the exit code.
+int run_stream_bench(const BenchOptions & o);
+
+}  // namespace epq
