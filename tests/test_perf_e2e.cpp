@@ -203,6 +203,8 @@ TEST(Bench, StreamsReportEveryConcurrencyAgainstStock) {
                                      "none",
                                      "--streams",
                                      "1,2",
+                                     "--runs",
+                                     "2",
                                      "-n",
                                      "8",
                                      "--stock-tokens",
@@ -225,15 +227,19 @@ TEST(Bench, StreamsReportEveryConcurrencyAgainstStock) {
         const auto & row = j["rows"][i];
         const int n = static_cast<int>(i) + 1;
         EXPECT_EQ(row["streams"], n);
-        for (const char * side : {"epq", "stock", "floor"}) {
-            const auto & run = row[side];
-            ASSERT_FALSE(run.contains("error")) << side << ": " << run.dump();
-            EXPECT_EQ(run["ttft_seconds"].size(), static_cast<size_t>(n)) << side;
-            EXPECT_GE(run["steps"].get<double>(), 1.0) << side;
-            // Every step of the window decodes a token of every stream (one may have ended a step early).
-            const double per_step = run["decode_tps"].get<double>() * run["step_seconds"].get<double>();
-            EXPECT_GE(per_step, std::max(1.0, n - 1.0) - 1e-6) << side;
-            EXPECT_LE(per_step, n + 1e-6) << side;
+        for (const std::string side : {"epq", "stock", "floor"}) {
+            ASSERT_FALSE(row[side].contains("error")) << side << ": " << row[side].dump();
+            EXPECT_EQ(row[side]["ttft_seconds"].size(), static_cast<size_t>(2 * n)) << side << ": every stream, 2 runs";
+            ASSERT_EQ(row[side + "_runs"].size(), 2u) << side;
+            for (const auto & run : row[side + "_runs"]) {
+                ASSERT_FALSE(run.contains("error")) << side << ": " << run.dump();
+                EXPECT_EQ(run["ttft_seconds"].size(), static_cast<size_t>(n)) << side;
+                EXPECT_GE(run["steps"].get<double>(), 1.0) << side;
+                // Every step of the window decodes a token of every stream (one may have ended a step early).
+                const double per_step = run["decode_tps"].get<double>() * run["step_seconds"].get<double>();
+                EXPECT_GE(per_step, std::max(1.0, n - 1.0) - 1e-6) << side;
+                EXPECT_LE(per_step, n + 1e-6) << side;
+            }
         }
         EXPECT_EQ(row["floor"]["missed_expert_bytes_per_step"].get<double>(), 0.0) << "preloaded: nothing to read";
         EXPECT_EQ(row["compute_source"], "measured: the same server with every expert preloaded, uncapped");

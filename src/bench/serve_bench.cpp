@@ -283,6 +283,51 @@ struct StreamBench {
     }
 };
 
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// The median of the successful runs, field by field; time to first token pools every stream
+// of every run (so p95 has more than N samples).
+StreamRun median_run(const std::vector<StreamRun> & runs) {
+    StreamRun m;
+    std::vector<const StreamRun *> ok;
+    for (const auto & r : runs) {
+        if (r.ok) {
+            ok.push_back(&r);
+        } else if (m.error.empty()) {
+            m.error = r.error;
+        }
+    }
+    if (ok.empty()) {
+        return m;
+    }
+    const auto med = [&](double StreamRun::*f) {
+        std::vector<double> v;
+        for (const auto * r : ok) {
+            v.push_back(r->*f);
+        }
+        return median(v);
+    };
+    m.ok = true;
+    m.error.clear();
+    m.streams = ok.front()->streams;
+    m.memcap_line = ok.back()->memcap_line;
+    m.arena_bytes = ok.back()->arena_bytes;
+    for (const auto * r : ok) {
+        m.ttft_seconds.insert(m.ttft_seconds.end(), r->ttft_seconds.begin(), r->ttft_seconds.end());
+    }
+    m.decode_tps = med(&StreamRun::decode_tps);
+    m.steps = med(&StreamRun::steps);
+    m.step_seconds = med(&StreamRun::step_seconds);
+    m.wait_per_step = med(&StreamRun::wait_per_step);
+    m.missed_per_step = med(&StreamRun::missed_per_step);
+    m.read_per_step = med(&StreamRun::read_per_step);
+    m.hit_rate = med(&StreamRun::hit_rate);
+    return m;
+}
+
 json run_json(const StreamRun & r) {
     if (!r.ok) {
         return {{"error", r.error}, {"memcap", r.memcap_line}};
@@ -338,7 +383,7 @@ std::vector<std::pair<std::string, double>> parse_metrics_text(const std::string
 }
 
 int run_stream_bench(const BenchOptions & o) {
-    if (o.n_decode < 3 || o.n_decode_stock < 3 || o.replay_prompt < 1) {
+    if (o.runs < 1 || o.n_decode < 3 || o.n_decode_stock < 3 || o.replay_prompt < 1) {
         throw Error(
             "--streams needs -n and --stock-tokens >= 3 (a decode window after the first token) and "
             "--replay-prompt >= 1");
@@ -371,7 +416,8 @@ int run_stream_bench(const BenchOptions & o) {
     struct Row {
         std::string cap;
         int n = 0;
-        StreamRun epq, stock, floor;
+        std::vector<StreamRun> epq_runs, stock_runs, floor_runs;
+        StreamRun epq, stock, floor;  // medians (TTFT: every stream of every run)
         double compute_step = 0, io_step = 0, roofline = 0;
         std::string compute_source;
     };
@@ -381,14 +427,20 @@ int run_stream_bench(const BenchOptions & o) {
             Row row;
             row.cap = cap;
             row.n = n;
-            const std::string tag = cap + "-" + std::to_string(n);
-            if (can_floor) {
-                row.floor = bench.run("none", n, Mode::floor, "floor-" + tag);
+            for (int k = 0; k < o.runs; ++k) {
+                // Interleaved, so drift of the machine hits all three alike.
+                const std::string tag = cap + "-" + std::to_string(n) + "-" + std::to_string(k);
+                if (can_floor) {
+                    row.floor_runs.push_back(bench.run("none", n, Mode::floor, "floor-" + tag));
+                }
+                row.epq_runs.push_back(bench.run(cap, n, Mode::epq, "epq-" + tag));
+                if (o.stock) {
+                    row.stock_runs.push_back(bench.run(cap, n, Mode::stock, "stock-" + tag));
+                }
             }
-            row.epq = bench.run(cap, n, Mode::epq, "epq-" + tag);
-            if (o.stock) {
-                row.stock = bench.run(cap, n, Mode::stock, "stock-" + tag);
-            }
+            row.floor = median_run(row.floor_runs);
+            row.epq = median_run(row.epq_runs);
+            row.stock = median_run(row.stock_runs);
             if (row.floor.ok && row.floor.missed_per_step == 0) {
                 row.compute_step = row.floor.step_seconds;
                 row.compute_source = "measured: the same server with every expert preloaded, uncapped";
@@ -404,7 +456,8 @@ int run_stream_bench(const BenchOptions & o) {
     }
 
     std::string out = "\nepq bench --streams: " + o.model + " (" + idx.arch + "), " + std::to_string(bench.threads) +
-                      " threads, " + std::to_string(o.replay_prompt) + "-token prompts, one run per row\n";
+                      " threads, " + std::to_string(o.replay_prompt) + "-token prompts, medians of " +
+                      std::to_string(o.runs) + " interleaved run(s); TTFT over every stream of every run\n";
     out += "floors: direct expert reads " + format_bytes(static_cast<uint64_t>(bw)) + "/s; compute per step " +
            (can_floor ? std::string("measured with every expert preloaded (uncapped)")
                       : std::string("estimated (RAM cannot hold every expert)")) +
@@ -456,11 +509,21 @@ int run_stream_bench(const BenchOptions & o) {
                   {"read_floor_bytes_per_second", bw},
                   {"rows", json::array()}};
         for (const auto & r : rows) {
+            const auto all = [](const std::vector<StreamRun> & runs) {
+                json a = json::array();
+                for (const auto & run : runs) {
+                    a.push_back(run_json(run));
+                }
+                return a;
+            };
             j["rows"].push_back({{"memcap", r.cap},
                                  {"streams", r.n},
                                  {"epq", run_json(r.epq)},
                                  {"stock", run_json(r.stock)},
                                  {"floor", run_json(r.floor)},
+                                 {"epq_runs", all(r.epq_runs)},
+                                 {"stock_runs", all(r.stock_runs)},
+                                 {"floor_runs", all(r.floor_runs)},
                                  {"compute_seconds_per_step", r.compute_step},
                                  {"compute_source", r.compute_source},
                                  {"io_seconds_per_step", r.io_step},
