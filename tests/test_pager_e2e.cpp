@@ -8,6 +8,7 @@
 #include "verify/sample_text.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 using namespace epq;
@@ -112,9 +113,11 @@ TEST(PagerGate, MemoryCappedRunOfAModelSeveralTimesTheCap) {
 
     const std::string memcap = std::string(EPQ_SOURCE_DIR) + "/scripts/memcap.sh";
     const std::string paged_logits = temp_dir() + "/capped-paged.logits";
-    const CommandResult capped = run_command(
-        {memcap, "320M", "--", EPQ_BINARY, "run", "-m",  model,     "-p",   kPrompt,        "-n",        "16",
-         "-t",   "2",    "-b", "32",       "-c",  "512", "--arena", "auto", "--logits-out", paged_logits});
+    const std::string stats = temp_dir() + "/capped-stats.json";
+    const CommandResult capped =
+        run_command({memcap,  "320M",    "--",   EPQ_BINARY,     "run",        "-m",           model, "-p",
+                     kPrompt, "-n",      "16",   "-t",           "2",          "-b",           "32",  "-c",
+                     "512",   "--arena", "auto", "--logits-out", paged_logits, "--stats-json", stats});
     if (capped.exit_code == 77) {
         GTEST_SKIP() << "no memory cgroup here: " << capped.err;
     }
@@ -122,6 +125,16 @@ TEST(PagerGate, MemoryCappedRunOfAModelSeveralTimesTheCap) {
     EXPECT_NE(capped.err.find("OOM-killed: no"), std::string::npos) << capped.err;
     EXPECT_EQ(capped.out, stock.out);
     EXPECT_TRUE(read_file(paged_logits) == read_file(logits)) << "capped run's logits differ from stock";
+    // The dense weights are locked in RAM, so the cap cannot push them out of the page cache
+    // (needs CAP_IPC_LOCK or a locked-memory limit above them).
+    const auto st = read_file(stats);
+    const uint64_t locked = nlohmann::json::parse(std::string(st.begin(), st.end()))["dense_locked_bytes"];
+    if (geteuid() == 0) {
+        EXPECT_GE(locked, ExpertIndex::build(GgufFile::open(model)).dense_bytes);
+    } else {
+        std::printf("not root: %llu dense bytes locked (the locked-memory limit decides)\n",
+                    static_cast<unsigned long long>(locked));
+    }
 }
 
 // Expert-major prefill: a prompt batch selects far more experts than a minimum arena holds, yet

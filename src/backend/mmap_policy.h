@@ -4,7 +4,8 @@
 // and FADV_SEQUENTIAL (doubled readahead, so faults on dense weights drag in neighbouring
 // expert bytes). The epq binary is linked with -Wl,--wrap=mmap: for the registered model file
 // only, the mapping is made without MAP_POPULATE, readahead is switched to random access, and
-// exactly the dense (non-expert) byte ranges are prefetched.
+// exactly the dense (non-expert) byte ranges are locked in RAM (mlock), or prefetched where
+// locking is not allowed (RLIMIT_MEMLOCK).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +18,11 @@ namespace epq {
 // `dense` are [begin, end) file ranges to prefetch. Applies to the next mappings of `path`.
 void set_lazy_mapping(const std::string & path, std::vector<std::pair<uint64_t, uint64_t>> dense);
 void clear_lazy_mapping();
+struct DenseLock {
+    uint64_t bytes = 0;  // dense bytes locked in RAM
+    int error = 0;       // errno of the first mlock that failed (then the rest is only prefetched)
+};
+DenseLock dense_lock();
 // How many mappings the policy has changed (tests check it is not silently inactive).
 int lazy_mappings_applied();
 

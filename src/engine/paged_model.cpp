@@ -124,8 +124,10 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     set_lazy_mapping(path, std::move(dense));
 }
 
-void PagedModel::loaded() {
+DenseLock PagedModel::loaded() {
+    const DenseLock lock = dense_lock();
     clear_lazy_mapping();
+    return lock;
 }
 
 PagedModel::~PagedModel() {

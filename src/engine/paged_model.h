@@ -3,6 +3,7 @@
 // the lazy mapping of the file. Create it before the LlamaSession and keep it alive longer.
 #pragma once
 
+#include "backend/mmap_policy.h"
 #include "backend/pager.h"
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
@@ -39,7 +40,8 @@ public:
     // Null-terminated, for llama_model_params.tensor_buft_overrides.
     const llama_model_tensor_buft_override * overrides() const { return overrides_.data(); }
     // Call once the model is loaded: the file mapping exists, the policy is no longer needed.
-    void loaded();
+    // Returns the dense bytes locked in RAM, and why not all were (0: all were).
+    DenseLock loaded();
 
 private:
     ExpertIndex index_;

@@ -111,6 +111,7 @@ nlohmann::json RunReport::json() const {
         const auto & p = *pager;
         const double tokens = gen.n_prompt + gen.n_generated;
         j["arena_bytes"] = arena_bytes;
+        j["dense_locked_bytes"] = dense_locked_bytes;
         j["expert_lookups"] = p.expert_lookups;
         j["hits"] = p.hits;
         j["misses"] = p.misses;

@@ -20,6 +20,7 @@ struct RunReport {
     uint64_t storage_read_bytes = 0;  // this process's reads from storage (/proc/self/io), mmap faults included
     int n_threads = 0;
     uint64_t arena_bytes = 0;
+    uint64_t dense_locked_bytes = 0;  // dense weights locked in RAM (paged runs)
 
     std::string text() const;
     nlohmann::json json() const;

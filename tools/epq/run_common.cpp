@@ -5,6 +5,7 @@
 #include "util/error.h"
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -117,7 +118,15 @@ LoadedModel load_model(const RunOptions & o) {
     }
     m.session = std::make_unique<LlamaSession>(o.model, so);
     if (m.paged) {
-        m.paged->loaded();
+        const DenseLock lock = m.paged->loaded();
+        m.dense_locked_bytes = lock.bytes;
+        if (lock.error != 0) {
+            std::fprintf(stderr,
+                         "epq: note: the dense weights are not locked in RAM (mlock: %s; %s locked): under memory "
+                         "pressure the kernel may drop and re-read them. Raise the limit (ulimit -l, LimitMEMLOCK=) "
+                         "to lock them.\n",
+                         std::strerror(lock.error), format_bytes(lock.bytes).c_str());
+        }
         if (o.preload) {
             const auto t0 = std::chrono::steady_clock::now();
             const uint64_t before = m.paged->pager().stats().bytes_read;
@@ -146,6 +155,7 @@ void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
         m.paged->pager().flush_trace();
         report.pager = m.paged->pager().stats();
         report.arena_bytes = m.paged->pager().plan().bytes;
+        report.dense_locked_bytes = m.dense_locked_bytes;
     }
     std::fputs(("\n" + report.text()).c_str(), stderr);
     if (!o.stats_json.empty()) {

@@ -53,6 +53,7 @@ struct LoadedModel {
     std::unique_ptr<LlamaSession> session;
     int n_threads = 0;
     double load_seconds = 0.0;
+    uint64_t dense_locked_bytes = 0;
     std::chrono::steady_clock::time_point start;
 };
 LoadedModel load_model(const RunOptions & o);
