@@ -96,17 +96,9 @@ struct Child {
             r = run_self(source_file("scripts/memcap.sh"), args);
         }
         RunFigures f;
-        std::istringstream err(r.err);
-        for (std::string line; std::getline(err, line);) {
-            if (line.rfind("memcap:", 0) == 0) {
-                f.memcap_line = line;
-            }
-        }
+        f.memcap_line = memcap_line_of(r.err);
         if (r.exit_code != 0) {
-            const size_t at = r.err.rfind("epq: error:");
-            f.error = r.exit_code == 137        ? "OOM-killed under the cap"
-                      : at != std::string::npos ? r.err.substr(at, r.err.find('\n', at) - at)
-                                                : "exit status " + std::to_string(r.exit_code);
+            f.error = child_failure(r.exit_code, r.err);
             std::fprintf(stderr, "epq bench:   failed: %s\n", f.error.c_str());
             return f;
         }
@@ -142,6 +134,14 @@ struct CapResult {
 
 }  // namespace
 
+double median(std::vector<double> v) {
+    if (v.empty()) {
+        return 0.0;
+    }
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
 double median_of(const std::vector<RunFigures> & runs, double RunFigures::*f) {
     std::vector<double> v;
     for (const auto & r : runs) {
@@ -149,11 +149,36 @@ double median_of(const std::vector<RunFigures> & runs, double RunFigures::*f) {
             v.push_back(r.*f);
         }
     }
-    if (v.empty()) {
-        return 0.0;
+    return median(std::move(v));
+}
+
+std::string child_failure(int exit_code, const std::string & err) {
+    if (exit_code == 137) {
+        return "OOM-killed under the cap";
     }
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    const size_t at = err.rfind("epq: error:");
+    return at != std::string::npos ? err.substr(at, err.find('\n', at) - at)
+                                   : "exit status " + std::to_string(exit_code);
+}
+
+std::string memcap_line_of(const std::string & err) {
+    std::string found;
+    std::istringstream in(err);
+    for (std::string line; std::getline(in, line);) {
+        if (line.rfind("memcap:", 0) == 0) {
+            found = line;
+        }
+    }
+    return found;
+}
+
+void write_json_file(const std::string & path, const nlohmann::json & j) {
+    std::ofstream f(path);
+    f << j.dump(2) << "\n";
+    if (!f) {
+        throw Error("cannot write " + path);
+    }
+    std::fprintf(stderr, "epq bench: wrote %s\n", path.c_str());
 }
 
 std::string default_replay_text() {
@@ -331,12 +356,7 @@ int run_bench(const BenchOptions & o) {
             }
             j["caps"].push_back(jc);
         }
-        std::ofstream f(o.json_path);
-        f << j.dump(2) << "\n";
-        if (!f) {
-            throw Error("cannot write " + o.json_path);
-        }
-        std::fprintf(stderr, "epq bench: wrote %s\n", o.json_path.c_str());
+        write_json_file(o.json_path, j);
     }
 
     if (!o.plot_path.empty()) {

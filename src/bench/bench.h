@@ -52,8 +52,17 @@ struct RunFigures {
     nlohmann::json stats;
 };
 
+// Median of `v` (0 when empty).
+double median(std::vector<double> v);
 // Median of the successful runs' values of `f`.
 double median_of(const std::vector<RunFigures> & runs, double RunFigures::*f);
+
+// What a failed child run says: OOM-killed, its "epq: error:" line, or its exit status.
+std::string child_failure(int exit_code, const std::string & err);
+// The "memcap: ..." line scripts/memcap.sh printed in `err` (empty when uncapped).
+std::string memcap_line_of(const std::string & err);
+// Writes `j` to `path` and says so. Throws epq::Error when it cannot.
+void write_json_file(const std::string & path, const nlohmann::json & j);
 
 // The default replay text, shipped with the source.
 std::string default_replay_text();

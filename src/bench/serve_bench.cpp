@@ -12,16 +12,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 #include <thread>
-#include <unistd.h>
 
 namespace epq {
 
@@ -40,26 +38,22 @@ struct Counters {
 };
 
 Counters counters_of(const std::string & text) {
+    static const std::pair<const char *, double Counters::*> kNames[] = {
+        {"llamacpp:tokens_predicted_total", &Counters::tokens},
+        {"llamacpp:tokens_predicted_seconds_total", &Counters::seconds},
+        {"llamacpp:n_decode_total", &Counters::steps},
+        {"epq:missed_expert_bytes_total", &Counters::missed},
+        {"epq:bytes_read_total", &Counters::read},
+        {"epq:read_wait_seconds_total", &Counters::wait},
+        {"epq:arena_hits_total", &Counters::hits},
+        {"epq:arena_misses_total", &Counters::misses},
+        {"epq:arena_bytes", &Counters::arena}};
     Counters c;
     for (const auto & [name, v] : parse_metrics_text(text)) {
-        if (name == "llamacpp:tokens_predicted_total") {
-            c.tokens = v;
-        } else if (name == "llamacpp:tokens_predicted_seconds_total") {
-            c.seconds = v;
-        } else if (name == "llamacpp:n_decode_total") {
-            c.steps = v;
-        } else if (name == "epq:missed_expert_bytes_total") {
-            c.missed = v;
-        } else if (name == "epq:bytes_read_total") {
-            c.read = v;
-        } else if (name == "epq:read_wait_seconds_total") {
-            c.wait = v;
-        } else if (name == "epq:arena_hits_total") {
-            c.hits = v;
-        } else if (name == "epq:arena_misses_total") {
-            c.misses = v;
-        } else if (name == "epq:arena_bytes") {
-            c.arena = v;
+        for (const auto & [want, field] : kNames) {
+            if (name == want) {
+                c.*field = v;
+            }
         }
     }
     return c;
@@ -154,16 +148,6 @@ struct StreamBench {
         return a;
     }
 
-    static std::string failure(BackgroundProcess & p) {
-        const std::string err = p.err();
-        const size_t at = err.rfind("epq: error:");
-        if (p.exit_code() == 137) {
-            return "OOM-killed under the cap";
-        }
-        return at != std::string::npos ? err.substr(at, err.find('\n', at) - at)
-                                       : "exit status " + std::to_string(p.exit_code());
-    }
-
     StreamRun run(const std::string & cap, int n, Mode mode, const std::string & tag) {
         StreamRun r;
         r.streams = n;
@@ -179,24 +163,11 @@ struct StreamBench {
             std::fprintf(stderr, "epq bench:   failed: %s\n", why.c_str());
             return r;
         };
-        // Ready: the URL is printed first, " ready in " once the model is loaded.
         int port = -1;
-        for (const auto t0 = Clock::now();;) {
-            const std::string err = p.err();
-            const size_t at = err.find("listening on http://127.0.0.1:");
-            if (at != std::string::npos) {
-                port = std::atoi(err.c_str() + at + 30);
-            }
-            if (port > 0 && err.find(" ready in ") != std::string::npos) {
-                break;
-            }
-            if (!p.running()) {
-                return fail(failure(p));
-            }
-            if (seconds_since(t0) > 3600) {
-                return fail("the server was not ready within an hour");
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        try {
+            port = wait_until_serving(p, 3600);
+        } catch (const Error & e) {
+            return fail(p.running() ? e.what() : child_failure(p.exit_code(), p.err()));
         }
         httplib::Client cli("127.0.0.1", port);
         cli.set_read_timeout(600, 0);
@@ -250,15 +221,7 @@ struct StreamBench {
             return fail(pr.error);
         }
         const int code = p.stop(60);
-        const std::string err = p.err();
-        for (std::istringstream in(err); std::getline(in, r.memcap_line);) {
-            if (r.memcap_line.rfind("memcap:", 0) == 0) {
-                break;
-            }
-        }
-        if (r.memcap_line.rfind("memcap:", 0) != 0) {
-            r.memcap_line.clear();
-        }
+        r.memcap_line = memcap_line_of(p.err());
         if (code != 0) {
             r.error = "the server exited " + std::to_string(code) + " on SIGTERM";
         }
@@ -282,11 +245,6 @@ struct StreamBench {
         return r;
     }
 };
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 // The median of the successful runs, field by field; time to first token pools every stream
 // of every run (so p95 has more than N samples).
@@ -352,6 +310,28 @@ std::string fmt2(double v) {
 }
 
 }  // namespace
+
+int wait_until_serving(BackgroundProcess & p, double timeout_seconds) {
+    constexpr const char * kListening = "listening on http://127.0.0.1:";
+    int port = -1;
+    for (const auto t0 = Clock::now();;) {
+        const std::string err = p.err();
+        const size_t at = err.find(kListening);
+        if (at != std::string::npos) {
+            port = std::atoi(err.c_str() + at + std::strlen(kListening));
+        }
+        if (port > 0 && err.find(" ready in ") != std::string::npos) {
+            return port;
+        }
+        if (!p.running()) {
+            throw Error("epq serve exited (status " + std::to_string(p.exit_code()) + ") before it was ready");
+        }
+        if (seconds_since(t0) > timeout_seconds) {
+            throw Error("epq serve was not ready within " + std::to_string(static_cast<int>(timeout_seconds)) + " s");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+}
 
 double percentile(std::vector<double> v, double p) {
     if (v.empty()) {
@@ -530,12 +510,7 @@ int run_stream_bench(const BenchOptions & o) {
                                  {"roofline_tps", r.roofline},
                                  {"fraction_of_roofline", r.roofline > 0 ? r.epq.decode_tps / r.roofline : 0.0}});
         }
-        std::ofstream f(o.json_path);
-        f << j.dump(2) << "\n";
-        if (!f) {
-            throw Error("cannot write " + o.json_path);
-        }
-        std::fprintf(stderr, "epq bench: wrote %s\n", o.json_path.c_str());
+        write_json_file(o.json_path, j);
     }
     return 0;
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "bench/bench.h"
+#include "util/child_process.h"
 
 #include <cstdint>
 #include <string>
@@ -34,6 +35,11 @@ struct StreamRun {
     double hit_rate = 0;
     uint64_t arena_bytes = 0;
 };
+
+// Waits until the `epq serve` child `p` is ready ("listening on http://127.0.0.1:PORT" on its
+// stderr, then " ready in ") and returns the port. Throws epq::Error when it exits first or
+// `timeout_seconds` pass.
+int wait_until_serving(BackgroundProcess & p, double timeout_seconds);
 
 // Nearest-rank percentile (p in 0..100) of `v`; 0 when empty.
 double percentile(std::vector<double> v, double p);
