@@ -77,6 +77,25 @@ TEST(Prefetch, PredictionChangesNoLogitAndItsAccountingAddsUp) {
     // Every speculative read the pager made was settled (the last layer guesses nothing).
     EXPECT_EQ(j["speculative_reads"].get<uint64_t>(), p["speculative_reads"].get<uint64_t>());
     EXPECT_EQ(j["demand_misses"].get<uint64_t>() + j["speculative_reads"].get<uint64_t>(), j["misses"].get<uint64_t>());
+
+    // Each phase's time is split over the pager's clocks: every part present and non-negative,
+    // the phase's wall time the one the run reports, and graphs counted.
+    for (const char * phase : {"prefill_time", "decode_time"}) {
+        const auto & t = j[phase];
+        ASSERT_TRUE(t.is_object()) << phase;
+        for (const char * part : {"read_wait_seconds", "expert_compute_seconds", "pager_own_seconds",
+                                  "outside_pager_seconds", "total_seconds"}) {
+            EXPECT_GE(t[part].get<double>(), 0.0) << phase << "." << part;
+        }
+        for (const char * part : {"gather_seconds", "scatter_seconds", "arena_seconds", "predict_seconds"}) {
+            EXPECT_GE(t["pager_own"][part].get<double>(), 0.0) << phase << ".pager_own." << part;
+        }
+        EXPECT_GT(t["expert_compute_seconds"].get<double>(), 0.0) << phase;
+        EXPECT_GT(t["pager_graph_computes"].get<uint64_t>(), 0u) << phase;
+    }
+    EXPECT_EQ(j["prefill_time"]["total_seconds"], j["prefill_seconds"]);
+    EXPECT_EQ(j["decode_time"]["total_seconds"], j["decode_seconds"]);
+    EXPECT_GT(j["decode_time"]["pager_own"]["predict_seconds"].get<double>(), 0.0) << "prefetch on: guesses are timed";
 }
 
 TEST(Trace, RecordsEveryTokenAndLayerAndSimulateReplaysIt) {

@@ -2,6 +2,7 @@
 
 #include "util/byte_size.h"
 #include "util/error.h"
+#include "util/scoped_timer.h"
 
 #include "ggml-cpu.h"
 
@@ -160,6 +161,7 @@ void Pager::read_tensor(const ggml_tensor * t, void * data, size_t offset, size_
 }
 
 void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayout & layer) {
+    auto t_arena = std::chrono::steady_clock::now();  // routing lookup and pinning, until the first wait
     const ggml_tensor * ids = chain.front()->src[2];
     if (ids->type != GGML_TYPE_I32) {
         throw Error(std::string("internal: expert ids of ") + chain.front()->name + " are not I32");
@@ -227,6 +229,7 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
         token_start_ = now;
         token_clock_running_ = decode;
     }
+    stats_.arena_seconds += since(t_arena);
     settle_prefetch(li, experts, decode && first_op_of_layer);
     bool predicted =
         !(decode && first_op_of_layer && predictor_ && prefetch_.active() && li + 1 < layout_.layers.size());
@@ -239,6 +242,7 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
     try {
         bool read_any = false;
         while (next < experts.size() || !inflight.empty()) {
+            t_arena = std::chrono::steady_clock::now();
             for (; next < experts.size(); ++next) {
                 const uint32_t e = static_cast<uint32_t>(experts[next]);
                 auto a = arena_.acquire({layer_no, e}, layer.size_class);
@@ -263,7 +267,12 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
             if (!predicted && next == experts.size()) {
                 // Every expert of this layer is pinned and its reads are queued: guess the next
                 // layer's and queue those reads behind them.
-                start_prefetch(li, chain.front()->src[1]);
+                stats_.arena_seconds += since(t_arena);
+                {
+                    ScopedTimer timer(stats_.predict_seconds);
+                    start_prefetch(li, chain.front()->src[1]);
+                }
+                t_arena = std::chrono::steady_clock::now();
                 predicted = true;
             }
             // Resident experts first, then misses as they arrive (at least the oldest one).
@@ -274,6 +283,7 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
                 }
             }
             if (ready.empty()) {
+                stats_.arena_seconds += since(t_arena);
                 const auto t0 = std::chrono::steady_clock::now();
                 size_t first = 0;
                 while (!inflight[first].ticket) {
@@ -281,6 +291,7 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
                 }
                 inflight[first].ticket->wait();
                 stats_.wait_seconds += since(t0);
+                t_arena = std::chrono::steady_clock::now();
                 for (size_t i = 0; i < inflight.size(); ++i) {
                     if (inflight[i].ticket && inflight[i].ticket->done()) {
                         ready.push_back(i);
@@ -298,6 +309,7 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
                 }
                 ready_uses.push_back(&u);
             }
+            stats_.arena_seconds += since(t_arena);
             for (uint32_t p = 0; p < plan_.pools.size(); ++p) {
                 std::vector<const Use *> group;
                 for (const Use * u : ready_uses) {
@@ -309,6 +321,7 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
                     compute_group(chain, group);
                 }
             }
+            ScopedTimer unpin_timer(stats_.arena_seconds);
             std::vector<Use> rest;
             for (size_t i = 0, r = 0; i < inflight.size(); ++i) {
                 if (r < ready.size() && ready[r] == i) {
@@ -321,6 +334,7 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
             inflight = std::move(rest);
         }
         if (read_any) {
+            ScopedTimer timer(stats_.arena_seconds);
             reader_.check_unchanged();
         }
         write_outputs(chain);

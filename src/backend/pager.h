@@ -56,7 +56,15 @@ struct PagerStats {
     double read_busy_seconds = 0.0;    // summed over read threads
     double read_wall_seconds = 0.0;    // with at least one read in flight
     double wait_seconds = 0.0;         // compute stalled on reads
-    double compute_seconds = 0.0;      // expert matmuls
+    double compute_seconds = 0.0;      // ggml computing the expert nodes (matmuls and what lies between)
+    // Where the rest of the pager's time goes, each on its own clock, so that pager_seconds minus
+    // all of them is what nothing accounts for.
+    double pager_seconds = 0.0;    // wall time in the graph splits the pager computes
+    double gather_seconds = 0.0;   // copying each group's input rows and building its graph
+    double scatter_seconds = 0.0;  // copying outputs back to the graph's rows
+    double arena_seconds = 0.0;    // routing lookup, pinning, eviction, read submission, unpinning
+    double predict_seconds = 0.0;  // next-layer guesses (prefetch)
+    uint64_t graph_computes = 0;   // ggml graphs the pager computed (each one parallel region)
     bool direct_io = false;
     PrefetchMode prefetch_mode = PrefetchMode::off;
     std::string prefetch_state;  // on, off, or why it switched itself off

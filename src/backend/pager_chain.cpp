@@ -4,6 +4,7 @@
 #include "backend/kernel_paths.h"
 #include "backend/pager.h"
 #include "util/error.h"
+#include "util/scoped_timer.h"
 
 #include "ggml-cpu.h"
 
@@ -41,6 +42,7 @@ bool Pager::extends_chain(const std::vector<ggml_tensor *> & chain, const ggml_t
 }
 
 void Pager::compute(ggml_cgraph * graph) {
+    ScopedTimer timer(stats_.pager_seconds);
     const int n = ggml_graph_n_nodes(graph);
     int i = 0;
     while (i < n) {
@@ -80,6 +82,7 @@ void Pager::compute(ggml_cgraph * graph) {
 }
 
 void Pager::stage_outputs(const std::vector<ggml_tensor *> & chain) {
+    ScopedTimer timer(stats_.scatter_seconds);
     staged_.resize(std::max(staged_.size(), chain.size()));
     for (size_t c = 0; c < chain.size(); ++c) {
         bool used_inside = false;
@@ -96,6 +99,7 @@ void Pager::stage_outputs(const std::vector<ggml_tensor *> & chain) {
 }
 
 void Pager::write_outputs(const std::vector<ggml_tensor *> & chain) {
+    ScopedTimer timer(stats_.scatter_seconds);
     for (size_t c = 0; c < chain.size(); ++c) {
         if (staged_[c].empty()) {
             continue;
@@ -120,6 +124,7 @@ void Pager::compute_node_on_cpu(ggml_cgraph * graph, int i) {
     ggml_cgraph * one = ggml_new_graph_custom(ctx, 1, false);
     ggml_graph_add_node(one, ggml_graph_node(graph, i));
     const ggml_status st = ggml_backend_graph_compute(cpu_, one);
+    ++stats_.graph_computes;
     ggml_free(ctx);
     if (st != GGML_STATUS_SUCCESS) {
         throw Error(std::string("the CPU computation of ") + ggml_graph_node(graph, i)->name + " failed");
@@ -197,6 +202,7 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
         }
     }
     if (n_rows == 0) {
+        stats_.gather_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         return;
     }
     for (Window & w : windows) {
@@ -298,8 +304,13 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
             ggml_build_forward_expand(gf, out);
         }
     }
+    const auto t_compute = std::chrono::steady_clock::now();
+    stats_.gather_seconds += std::chrono::duration<double>(t_compute - t0).count();
     const ggml_status st = ggml_backend_graph_compute(cpu_, gf);
+    ++stats_.graph_computes;
     ggml_free(ctx);
+    const auto t_scatter = std::chrono::steady_clock::now();
+    stats_.compute_seconds += std::chrono::duration<double>(t_scatter - t_compute).count();
     if (st != GGML_STATUS_SUCCESS) {
         throw Error("the CPU expert computation failed (ggml status " + std::to_string(static_cast<int>(st)) + ")");
     }
@@ -319,7 +330,7 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
             }
         }
     }
-    stats_.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.scatter_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_scatter).count();
 }
 
 }  // namespace epq

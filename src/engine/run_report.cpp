@@ -40,6 +40,40 @@ double ratio(double a, double b) {
 
 }  // namespace
 
+TimeSplit time_split(const PagerStats & a, const PagerStats & b, double wall_seconds) {
+    TimeSplit t;
+    t.total = wall_seconds;
+    t.read_wait = (b.wait_seconds - a.wait_seconds) + (b.prefetch_wait_seconds - a.prefetch_wait_seconds);
+    t.expert_compute = b.compute_seconds - a.compute_seconds;
+    t.gather = b.gather_seconds - a.gather_seconds;
+    t.scatter = b.scatter_seconds - a.scatter_seconds;
+    t.arena = b.arena_seconds - a.arena_seconds;
+    t.predict = b.predict_seconds - a.predict_seconds;
+    t.pager_own = t.gather + t.scatter + t.arena + t.predict;
+    const double pager_wall = b.pager_seconds - a.pager_seconds;
+    t.outside_pager = std::max(0.0, wall_seconds - pager_wall);
+    t.unexplained = pager_wall - t.read_wait - t.expert_compute - t.pager_own;
+    t.graph_computes = b.graph_computes - a.graph_computes;
+    return t;
+}
+
+nlohmann::json TimeSplit::json(int tokens) const {
+    return {{"total_seconds", total},
+            {"read_wait_seconds", read_wait},
+            {"expert_compute_seconds", expert_compute},
+            {"pager_own_seconds", pager_own},
+            {"pager_own",
+             {{"gather_seconds", gather},
+              {"scatter_seconds", scatter},
+              {"arena_seconds", arena},
+              {"predict_seconds", predict}}},
+            {"outside_pager_seconds", outside_pager},
+            {"unexplained_seconds", unexplained},
+            {"unexplained_share", ratio(unexplained, total)},
+            {"pager_graph_computes", graph_computes},
+            {"pager_graph_computes_per_token", ratio(double(graph_computes), tokens)}};
+}
+
 std::string RunReport::text() const {
     char buf[1024];
     std::string out;
@@ -87,6 +121,16 @@ std::string RunReport::text() const {
                 format_bytes(static_cast<uint64_t>(ratio(double(p.bytes_read - a.bytes_read), gen.n_generated)))
                     .c_str(),
                 format_bytes(a.bytes_read).c_str());
+            out += buf;
+        }
+        if (pager_before_prefill && pager_after_prefill) {
+            const TimeSplit t = time_split(*pager_before_prefill, *pager_after_prefill, gen.prefill_seconds);
+            std::snprintf(buf, sizeof buf,
+                          "epq: prefill %.2f s: reads waited %.2f s, expert compute %.2f s, pager's own work %.2f s "
+                          "(gather %.2f, scatter %.2f, arena %.2f, predict %.2f), outside the pager %.2f s, "
+                          "unexplained %.2f s | %llu pager graphs\n",
+                          t.total, t.read_wait, t.expert_compute, t.pager_own, t.gather, t.scatter, t.arena, t.predict,
+                          t.outside_pager, t.unexplained, static_cast<unsigned long long>(t.graph_computes));
             out += buf;
         }
     }
@@ -165,6 +209,10 @@ nlohmann::json RunReport::json() const {
             j["decode_read_wait_seconds"] =
                 (p.wait_seconds - a.wait_seconds) + (p.prefetch_wait_seconds - a.prefetch_wait_seconds);
             j["decode_hit_rate"] = ratio(double(lookups - std::min(lookups, misses)), double(lookups));
+            if (pager_before_prefill) {
+                j["prefill_time"] = time_split(*pager_before_prefill, a, gen.prefill_seconds).json(gen.n_prompt);
+            }
+            j["decode_time"] = time_split(a, p, gen.decode_seconds).json(gen.n_generated);
         }
     }
     return j;

@@ -12,8 +12,9 @@ namespace epq {
 
 struct RunReport {
     GenerationStats gen;
-    std::optional<PagerStats> pager;                // absent for --no-pager runs
-    std::optional<PagerStats> pager_after_prefill;  // to split reads between prefill and decode
+    std::optional<PagerStats> pager;                 // absent for --no-pager runs
+    std::optional<PagerStats> pager_before_prefill;  // to split the pager's work between prefill
+    std::optional<PagerStats> pager_after_prefill;   // and decode
     double load_seconds = 0.0;
     double ttft_seconds = 0.0;  // from the start of the run (model load included) to the first token
     uint64_t peak_rss_bytes = 0;
@@ -25,6 +26,21 @@ struct RunReport {
     std::string text() const;
     nlohmann::json json() const;
 };
+
+// Where a phase's wall time went, from the pager's clocks between two snapshots: every part
+// is measured on its own clock, so `unexplained` is what none of them saw.
+struct TimeSplit {
+    double total = 0.0;
+    double read_wait = 0.0;       // expert reads and speculative reads waited for
+    double expert_compute = 0.0;  // ggml computing the expert nodes
+    double pager_own = 0.0;       // the pager's work around them (the four below)
+    double gather = 0.0, scatter = 0.0, arena = 0.0, predict = 0.0;
+    double outside_pager = 0.0;  // llama.cpp's other graph splits and scheduling (total - pager wall)
+    double unexplained = 0.0;    // pager wall time none of the above accounts for
+    uint64_t graph_computes = 0;
+    nlohmann::json json(int tokens) const;
+};
+TimeSplit time_split(const PagerStats & before, const PagerStats & after, double wall_seconds);
 
 // Peak resident set size of this process so far.
 uint64_t peak_rss_bytes();

@@ -259,6 +259,7 @@ int run_generation(const RunOptions & o) {
         },
         [&](int i, const float * logits, int32_t n_vocab) {
             if (i == 0 && m.paged) {
+                report.pager_before_prefill = before;
                 report.pager_after_prefill = m.paged->pager().stats();
             }
             if (logits_file) {
