@@ -25,6 +25,10 @@ struct CompletionRequest {
     int32_t n_probs = 0;  // top alternatives per token, with logprobs
     bool logprobs = false;
     bool ignore_eos = false;
+    // Reuse the longest prefix a slot already holds (llama-server's cache_prompt). Off, the
+    // whole prompt is prefilled: the result then does not depend on earlier requests, whose
+    // cached keys were computed in batches of other sizes (same math, other rounding).
+    bool cache_prompt = true;
 };
 
 struct TopLogprob {

@@ -33,6 +33,10 @@ LlamaSession::LlamaSession(const std::string & model_path, const SessionOptions 
     // One KV buffer for every sequence: a step that holds tokens of several slots is then one
     // ubatch (one graph, each expert read once), not one per sequence.
     cp.kv_unified = opts.n_seq_max > 1;
+    // Sliding-window layers keep every position, not only the last window (llama.cpp's default,
+    // unlike llama-server's): epq serve's prompt cache may go on from any kept prefix, and the
+    // memory budget counts those layers at the full context.
+    cp.swa_full = true;
     cp.n_threads = opts.n_threads;
     cp.n_threads_batch = opts.n_threads;
     cp.cb_eval = opts.cb_eval;

@@ -35,6 +35,17 @@ struct BatchDeleter {
     }
 };
 
+// Keeps the first `keep` tokens of a slot's cache and drops the rest; returns how many were kept.
+// A recurrent state cannot be rolled back to an earlier position: there the slot starts over.
+// (Sliding-window caches are full-size, see LlamaSession, so every kept key is still there.)
+size_t reuse_prefix(llama_memory_t mem, int seq, size_t n_cached, size_t keep) {
+    if (keep < n_cached && !llama_memory_seq_rm(mem, seq, static_cast<llama_pos>(keep), -1)) {
+        llama_memory_seq_rm(mem, seq, -1, -1);
+        keep = 0;
+    }
+    return keep;
+}
+
 }  // namespace
 
 struct ServingEngine::Task {
@@ -308,7 +319,7 @@ void ServingEngine::admit_locked() {
             }
             const auto & p = task->req.prompt;
             size_t lcp = 0;
-            while (lcp < s->cache.size() && lcp < p.size() && s->cache[lcp] == p[lcp]) {
+            while (task->req.cache_prompt && lcp < s->cache.size() && lcp < p.size() && s->cache[lcp] == p[lcp]) {
                 ++lcp;
             }
             if (!best || lcp > best_lcp || (lcp == best_lcp && s->last_used < best->last_used)) {
@@ -321,12 +332,7 @@ void ServingEngine::admit_locked() {
         }
         Slot & s = *best;
         // The last prompt token is always decoded again: its logits choose the first token.
-        size_t keep = std::min(best_lcp, task->req.prompt.size() - 1);
-        if (keep < s.cache.size() && !llama_memory_seq_rm(mem, s.id, static_cast<llama_pos>(keep), -1)) {
-            // Recurrent state cannot be rolled back to an earlier position: start over.
-            llama_memory_seq_rm(mem, s.id, -1, -1);
-            keep = 0;
-        }
+        const size_t keep = reuse_prefix(mem, s.id, s.cache.size(), std::min(best_lcp, task->req.prompt.size() - 1));
         s.cache.resize(keep);
         s.task = std::move(task);
         queue_.pop_front();

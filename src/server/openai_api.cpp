@@ -114,6 +114,7 @@ void read_common(const json & body, ParsedRequest & p) {
         }
     }
     read_bool(body, "ignore_eos", p.req.ignore_eos);
+    read_bool(body, "cache_prompt", p.req.cache_prompt);
     read_bool(body, "stream", p.stream);
     if (const json * so = field(body, "stream_options")) {
         if (!so->is_object()) {
