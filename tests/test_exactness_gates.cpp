@@ -3,6 +3,7 @@
 // llama.cpp on the same file, logits compared byte for byte.
 #include "test_util.h"
 
+#include "backend/expert_repack.h"
 #include "backend/kernel_paths.h"
 #include "gguf/expert_index.h"
 #include "synth/arch_fixture.h"
@@ -102,7 +103,7 @@ INSTANTIATE_TEST_SUITE_P(Exactness, ArchGate, ::testing::ValuesIn(fixture_archs(
 
 // Every expert quant type through the pager: prompt batches of 8, 32, 64 and 512 tokens (the
 // per-expert row counts where ggml switches kernels) then decode, at the minimum arena and at
-// one that holds every expert.
+// one that holds every expert, in both weight layouts where ggml repacks the type.
 class TypeGate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TypeGate, EveryBatchSizeAndArenaMatchesStock) {
@@ -122,20 +123,42 @@ TEST_P(TypeGate, EveryBatchSizeAndArenaMatchesStock) {
 #else
     const std::vector<std::string> batches = {"8", "32", "64", "512"};
 #endif
-    for (const std::string & b : batches) {
-        const LoggedRun stock = run_logged(model, prompt, "4", {"--no-pager", "-b", b}, type + "-stock-b" + b);
-        ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
-        ASSERT_GE(stock.stats["prompt_tokens"].get<uint64_t>(), 200u);
-        std::vector<uint64_t> arenas = {idx.min_arena_bytes};
-        if (b == "8" || b == "512") {
-            arenas.push_back(2 * idx.expert_bytes);
-        }
-        for (const uint64_t arena : arenas) {
-            const std::string tag = type + "-b" + b + "-a" + std::to_string(arena);
-            const LoggedRun paged = run_logged(model, prompt, "4", {"-b", b, "--arena", std::to_string(arena)}, tag);
-            ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;
-            EXPECT_TRUE(paged.logits == stock.logits)
-                << type << ": batch " << b << ", arena " << arena << " B: paged logits differ from stock";
+    // Where stock's default flags repack this type on this CPU, both layouts: repacked experts
+    // against stock's default, and -nr against stock -nr. Elsewhere the two are the same run.
+    const auto & t0 = idx.layers.front().tensors.front();
+    const bool repacked = stock_repacks_weight(t0.type, t0.ne[0], t0.ne[1], t0.ne[2]);
+    std::vector<std::string> modes = {""};
+    if (repacked) {
+        modes.push_back("-nr");
+    }
+    for (const std::string & mode : modes) {
+        for (const std::string & b : batches) {
+            if (mode == "-nr" && b != "8" && b != "512") {
+                continue;  // the file's layout: the kernels every other type's gate runs; two sizes suffice
+            }
+            auto args = [&](std::vector<std::string> a) {
+                a.insert(a.end(), {"-b", b});
+                if (!mode.empty()) {
+                    a.push_back(mode);
+                }
+                return a;
+            };
+            const LoggedRun stock = run_logged(model, prompt, "4", args({"--no-pager"}), type + "-stock-b" + b + mode);
+            ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
+            ASSERT_GE(stock.stats["prompt_tokens"].get<uint64_t>(), 200u);
+            std::vector<uint64_t> arenas = {idx.min_arena_bytes};
+            if (b == "8" || b == "512") {
+                arenas.push_back(2 * idx.expert_bytes);
+            }
+            for (const uint64_t arena : arenas) {
+                const std::string tag = type + "-b" + b + "-a" + std::to_string(arena) + mode;
+                const LoggedRun paged = run_logged(model, prompt, "4", args({"--arena", std::to_string(arena)}), tag);
+                ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;
+                EXPECT_TRUE(paged.logits == stock.logits) << type << ": batch " << b << ", arena " << arena << " B"
+                                                          << mode << ": paged logits differ from stock";
+                EXPECT_EQ(paged.stats["repacked_matrices_per_expert"].get<uint64_t>() > 0, repacked && mode.empty())
+                    << type << mode;
+            }
         }
     }
 }

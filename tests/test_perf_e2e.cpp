@@ -92,6 +92,8 @@ TEST(Prefetch, PredictionChangesNoLogitAndItsAccountingAddsUp) {
         }
         EXPECT_GT(t["expert_compute_seconds"].get<double>(), 0.0) << phase;
         EXPECT_GT(t["pager_graph_computes"].get<uint64_t>(), 0u) << phase;
+        // Every graph ggml computed is counted, llama.cpp's (attention, router...) besides the pager's.
+        EXPECT_GT(t["ggml_graph_computes"].get<uint64_t>(), t["pager_graph_computes"].get<uint64_t>()) << phase;
     }
     EXPECT_EQ(j["prefill_time"]["total_seconds"], j["prefill_seconds"]);
     EXPECT_EQ(j["decode_time"]["total_seconds"], j["decode_seconds"]);

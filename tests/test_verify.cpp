@@ -232,16 +232,32 @@ TEST_P(VerifyAll, PassesOnEveryArchitecture) {
     }
     const std::string model = synth_model("tiny-" + GetParam(), tiny(GetParam()));
     const std::string dir = temp_dir() + "/verify-" + GetParam();
-    const CommandResult r = run_epq({"verify", "all", "-m", model, "--fast", "--report-dir", dir, "-n", "32"});
-    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-    const auto bytes = read_file(dir + "/all.json");
-    const auto summary = nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
-    ASSERT_EQ(summary["checks"].size(), 5u);
-    for (const auto & c : summary["checks"]) {
-        EXPECT_TRUE(c["pass"].get<bool>()) << c.dump();
+    // Stock's default layout (the presets' Q4_K and MXFP4 experts repacked) on every
+    // architecture; -nr on one.
+    std::vector<std::string> layouts = {""};
+    if (GetParam() == "qwen3moe") {
+        layouts.push_back("-nr");
     }
-    const auto mt = read_file(dir + "/multitoken.md");
-    EXPECT_NE(std::string(mt.begin(), mt.end()).find("Aggregate output max abs: 0.0"), std::string::npos);
+    for (const std::string & layout : layouts) {
+        std::vector<std::string> args = {"verify",       "all",        "-m", model, "--fast",
+                                         "--report-dir", dir + layout, "-n", "32"};
+        if (!layout.empty()) {
+            args.push_back(layout);
+        }
+        const CommandResult r = run_epq(args);
+        EXPECT_EQ(r.exit_code, 0) << layout << r.out << r.err;
+        const auto bytes = read_file(dir + layout + "/all.json");
+        const auto summary = nlohmann::json::parse(std::string(bytes.begin(), bytes.end()));
+        ASSERT_EQ(summary["checks"].size(), 5u);
+        for (const auto & c : summary["checks"]) {
+            EXPECT_TRUE(c["pass"].get<bool>()) << layout << c.dump();
+        }
+        const auto mt = read_file(dir + layout + "/multitoken.md");
+        const std::string mts(mt.begin(), mt.end());
+        EXPECT_NE(mts.find("Aggregate output max abs: 0.0"), std::string::npos);
+        EXPECT_NE(mts.find(layout.empty() ? "weights repacked" : "no weight repacking (-nr)"), std::string::npos)
+            << mts;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Verify, VerifyAll, ::testing::Values("qwen35moe", "qwen3moe", "olmoe", "gpt-oss", "deepseek2"),
@@ -289,15 +305,21 @@ class VerifyFault : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VerifyFault, EveryCheckFailsWithAPlantedFault) {
     const std::string model = synth_model("tiny-qwen3moe", tiny("qwen3moe"));
-    for (const std::string check : {"kernel", "layer", "multitoken", "generate", "determinism"}) {
-        const std::string dir = temp_dir() + "/fault-" + GetParam() + "-" + check;
-        setenv("EPQ_FAULT", GetParam().c_str(), 1);
-        setenv("EPQ_FAULT_AFTER", "1", 1);
-        const CommandResult r = run_epq({"verify", check, "-m", model, "--fast", "--report-dir", dir, "-n", "16"});
-        unsetenv("EPQ_FAULT");
-        unsetenv("EPQ_FAULT_AFTER");
-        EXPECT_EQ(r.exit_code, 1) << GetParam() << " not caught by " << check << ":\n" << r.out << r.err;
-        EXPECT_NE(r.out.find("**Verdict:** FAIL"), std::string::npos) << check << ":\n" << r.out << r.err;
+    for (const std::string layout : {"", "-nr"}) {  // repacked experts and the file's layout
+        for (const std::string check : {"kernel", "layer", "multitoken", "generate", "determinism"}) {
+            const std::string dir = temp_dir() + "/fault-" + GetParam() + "-" + check + layout;
+            setenv("EPQ_FAULT", GetParam().c_str(), 1);
+            setenv("EPQ_FAULT_AFTER", "1", 1);
+            std::vector<std::string> args = {"verify", check, "-m", model, "--fast", "--report-dir", dir, "-n", "16"};
+            if (!layout.empty()) {
+                args.push_back(layout);
+            }
+            const CommandResult r = run_epq(args);
+            unsetenv("EPQ_FAULT");
+            unsetenv("EPQ_FAULT_AFTER");
+            EXPECT_EQ(r.exit_code, 1) << GetParam() << layout << " not caught by " << check << ":\n" << r.out << r.err;
+            EXPECT_NE(r.out.find("**Verdict:** FAIL"), std::string::npos) << check << layout << ":\n" << r.out << r.err;
+        }
     }
 }
 

@@ -21,7 +21,7 @@ struct Policy {
     dev_t dev = 0;
     ino_t ino = 0;
     std::string path;
-    std::vector<std::pair<uint64_t, uint64_t>> dense;
+    std::vector<std::pair<uint64_t, uint64_t>> dense, lock_ranges;
     int applied = 0;
     DenseLock lock;
 };
@@ -59,7 +59,7 @@ void advise(void * base, size_t len) {
         }
         ::close(fd);
     }
-    for (const auto & [b, e] : g_policy.dense) {
+    for (const auto & [b, e] : g_policy.lock_ranges) {
         const auto [begin, end] = page_range(b, e);
         if (begin >= end) {
             continue;
@@ -79,7 +79,8 @@ void advise(void * base, size_t len) {
 
 }  // namespace
 
-void set_lazy_mapping(const std::string & path, std::vector<std::pair<uint64_t, uint64_t>> dense) {
+void set_lazy_mapping(const std::string & path, std::vector<std::pair<uint64_t, uint64_t>> dense,
+                      std::vector<std::pair<uint64_t, uint64_t>> locked) {
     std::lock_guard<std::mutex> lock(g_mu);
     struct stat st {};
     g_policy.active = stat(path.c_str(), &st) == 0;
@@ -87,6 +88,7 @@ void set_lazy_mapping(const std::string & path, std::vector<std::pair<uint64_t, 
     g_policy.ino = st.st_ino;
     g_policy.path = path;
     g_policy.dense = std::move(dense);
+    g_policy.lock_ranges = std::move(locked);
     g_policy.lock = DenseLock{};
 }
 
@@ -94,6 +96,7 @@ void clear_lazy_mapping() {
     std::lock_guard<std::mutex> lock(g_mu);
     g_policy.active = false;
     g_policy.dense.clear();
+    g_policy.lock_ranges.clear();
 }
 
 DenseLock dense_lock() {

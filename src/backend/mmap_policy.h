@@ -4,8 +4,9 @@
 // and FADV_SEQUENTIAL (doubled readahead, so faults on dense weights drag in neighbouring
 // expert bytes). The epq binary is linked with -Wl,--wrap=mmap: for the registered model file
 // only, the mapping is made without MAP_POPULATE, readahead is switched to random access, and
-// exactly the dense (non-expert) byte ranges are locked in RAM (mlock), or prefetched where
-// locking is not allowed (RLIMIT_MEMLOCK).
+// exactly the dense (non-expert) byte ranges are read ahead in large requests and locked in RAM
+// (mlock) where llama.cpp computes from the mapping itself (not where it copies a weight out to
+// repack it, and not where locking is not allowed: RLIMIT_MEMLOCK).
 #pragma once
 
 #include <cstdint>
@@ -15,8 +16,10 @@
 
 namespace epq {
 
-// `dense` are [begin, end) file ranges to prefetch. Applies to the next mappings of `path`.
-void set_lazy_mapping(const std::string & path, std::vector<std::pair<uint64_t, uint64_t>> dense);
+// `dense` are [begin, end) file ranges to read ahead, `lock` those of them to keep locked (the
+// rest llama.cpp copies out of the mapping, repacked). Applies to the next mappings of `path`.
+void set_lazy_mapping(const std::string & path, std::vector<std::pair<uint64_t, uint64_t>> dense,
+                      std::vector<std::pair<uint64_t, uint64_t>> lock);
 void clear_lazy_mapping();
 struct DenseLock {
     uint64_t bytes = 0;  // dense bytes locked in RAM

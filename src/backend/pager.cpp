@@ -1,5 +1,6 @@
 #include "backend/pager.h"
 
+#include "backend/graph_compute_count.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 #include "util/scoped_timer.h"
@@ -44,6 +45,7 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
       layout_(SlotLayout::build(index)),
       plan_(make_plan(layout_, index, opts.arena_bytes)),
       arena_(plan_.pools, opts.policy),
+      repack_(opts.repack, layout_),
       reader_(model_path),
       reads_(reader_, opts.read_threads),
       prefetch_(opts.prefetch, layout_.layers.size(), 64ull << 20, 0.3) {
@@ -65,6 +67,7 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
         throw Error("cannot initialise ggml's CPU backend for the expert matmuls");
     }
     stats_.direct_io = reader_.direct();
+    stats_.repacked_matrices = repack_.n_repacked();
     layer_ops_.assign(layout_.layers.size(), 0);
     layer_batches_.assign(layout_.layers.size(), 0);
     n_expert_ = index.n_expert;
@@ -147,6 +150,9 @@ std::shared_ptr<Ticket> Pager::load(const LayerLayout & layer, int32_t expert, S
         stats_.missed_expert_bytes += m.stride;
         q.room_before = m.slot_offset - m.region_begin;
         q.room_after = m.region_end - (m.slot_offset + m.stride);
+        if (repack_.repacks(m)) {
+            q.then = [this, &m](uint8_t * dst) { repack_.repack(m, dst); };
+        }
         reqs.push_back(q);
     }
     return reads_.submit(reqs);
@@ -529,6 +535,8 @@ PagerStats Pager::stats() const {
     s.read_requests = rs.requests;
     s.read_busy_seconds = rs.busy_seconds;
     s.read_wall_seconds = rs.wall_seconds;
+    s.repack_seconds = rs.then_seconds;
+    s.all_graph_computes = ggml_graph_compute_counter().load(std::memory_order_relaxed);
     s.prefetch_state = prefetch_.state();
     s.prefetch = prefetch_.total();
     s.prefetch_layers = prefetch_.per_layer();

@@ -7,6 +7,7 @@
 
 #include "arena/prefetch_account.h"
 #include "arena/slot_arena.h"
+#include "backend/expert_repack.h"
 #include "backend/router_predictor.h"
 #include "gguf/expert_index.h"
 #include "gguf/slot_layout.h"
@@ -34,6 +35,9 @@ struct PagerOptions {
     PrefetchMode prefetch = PrefetchMode::automatic;
     EvictionPolicy policy = EvictionPolicy::lfu;
     std::string trace_path;  // record every (token, layer, experts) here when set
+    // Hold experts in ggml's repacked layout where stock llama.cpp's default flags would (see
+    // expert_repack.h); false is `-nr`, the file's layout.
+    bool repack = true;
 };
 
 struct PagerStats {
@@ -53,18 +57,21 @@ struct PagerStats {
     uint64_t chains = 0;               // runs of a layer's expert nodes computed expert by expert
     uint64_t rereads = 0;              // an expert read again within the same batch of the same layer
     uint64_t solo_experts = 0;         // expert groups computed in a node of their own (kernel_paths.h)
+    uint64_t repacked_matrices = 0;    // expert matrices per expert held in the repacked layout (0: -nr)
+    double repack_seconds = 0.0;       // rewriting read experts in that layout, summed over read threads
     double read_busy_seconds = 0.0;    // summed over read threads
     double read_wall_seconds = 0.0;    // with at least one read in flight
     double wait_seconds = 0.0;         // compute stalled on reads
     double compute_seconds = 0.0;      // ggml computing the expert nodes (matmuls and what lies between)
     // Where the rest of the pager's time goes, each on its own clock, so that pager_seconds minus
     // all of them is what nothing accounts for.
-    double pager_seconds = 0.0;    // wall time in the graph splits the pager computes
-    double gather_seconds = 0.0;   // copying each group's input rows and building its graph
-    double scatter_seconds = 0.0;  // copying outputs back to the graph's rows
-    double arena_seconds = 0.0;    // routing lookup, pinning, eviction, read submission, unpinning
-    double predict_seconds = 0.0;  // next-layer guesses (prefetch)
-    uint64_t graph_computes = 0;   // ggml graphs the pager computed (each one parallel region)
+    double pager_seconds = 0.0;       // wall time in the graph splits the pager computes
+    double gather_seconds = 0.0;      // copying each group's input rows and building its graph
+    double scatter_seconds = 0.0;     // copying outputs back to the graph's rows
+    double arena_seconds = 0.0;       // routing lookup, pinning, eviction, read submission, unpinning
+    double predict_seconds = 0.0;     // next-layer guesses (prefetch)
+    uint64_t graph_computes = 0;      // ggml graphs the pager computed (each one parallel region)
+    uint64_t all_graph_computes = 0;  // every ggml CPU graph of the process so far (graph_compute_count.h)
     bool direct_io = false;
     PrefetchMode prefetch_mode = PrefetchMode::off;
     std::string prefetch_state;  // on, off, or why it switched itself off
@@ -160,6 +167,7 @@ private:
     SlotLayout layout_;
     ArenaPlan plan_;
     SlotArena arena_;
+    ExpertRepack repack_;
     std::vector<uint8_t *> pool_mem_;
     std::vector<size_t> pool_bytes_;
     DirectReader reader_;

@@ -139,7 +139,11 @@ std::vector<char> Pager::solo_experts(const std::vector<ggml_tensor *> & chain,
         const int64_t n = chain_rows_[static_cast<size_t>(u->expert)];
         for (const ggml_tensor * c : chain) {
             const ggml_tensor * w = c->src[0];
-            if (c->op == GGML_OP_MUL_MAT_ID && expert_takes_special_kernel(w->type, w->ne[0], w->ne[1], n)) {
+            const MatrixPlacement * m = nullptr;
+            if (c->op != GGML_OP_MUL_MAT_ID || !layout_.find(weight_base(w)->name, &m) || repack_.repacks(*m)) {
+                continue;  // a repacked matrix always takes ggml's repacked kernel, in any window
+            }
+            if (expert_takes_special_kernel(w->type, w->ne[0], w->ne[1], n)) {
                 solo[static_cast<size_t>(u->expert)] = 1;
             }
         }
@@ -282,6 +286,7 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
                 wt->data = pool_mem_[pool] + w.first_slot * slot_bytes + m->slot_offset;
                 wt->nb[2] = slot_bytes;
                 wt->nb[3] = wt->nb[2] * static_cast<size_t>(wt->ne[2]);
+                repack_.tag(wt, *m);
                 ggml_tensor * in = local.count(c->src[1]) ? local[c->src[1]] : gathered(c->src[1]);
                 out = ggml_mul_mat_id(ctx, wt, in, slots);
             } else if (c->op == GGML_OP_ADD_ID) {

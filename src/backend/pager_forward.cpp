@@ -88,6 +88,7 @@ Pager::ExpertForward Pager::expert_forward(int layer_no, int32_t expert, const s
             w->data = pool_mem_[pool] + m.slot_offset;
             w->nb[2] = plan_.pools[pool].slot_bytes;
             w->nb[3] = w->nb[2] * static_cast<size_t>(w->ne[2]);
+            repack_.tag(w, m);
             return w;
         };
         const int64_t n_embd = down->n_out;

@@ -18,6 +18,13 @@
 
 namespace epq {
 
+std::vector<std::string> layout_flags(bool paged, const std::string & cap, bool repack) {
+    if (!repack || (!paged && cap != "none")) {
+        return {"--no-repack"};
+    }
+    return {};
+}
+
 std::string source_file(const std::string & rel) {
     return std::string(EPQ_SOURCE_DIR) + "/" + rel;
 }
@@ -82,6 +89,9 @@ struct Child {
                                      "--read-threads", std::to_string(o.read_threads)});
         } else {
             args.push_back("--no-pager");
+        }
+        for (const auto & f : layout_flags(paged, cap, o.repack)) {
+            args.push_back(f);
         }
         args.insert(args.end(), extra.begin(), extra.end());
         if (cap != "none" && o.drop_caches) {
@@ -282,6 +292,9 @@ int run_bench(const BenchOptions & o) {
            (compute_floor > 0 ? fmt("%.1f ms/token", compute_floor * 1000) + " (" + compute_floor_source + ")"
                               : std::string("per cap (estimated from decode time not spent waiting on reads)")) +
            "\n";
+    out += o.repack ? "layouts: epq repacked where stock's default flags repack; stock with default flags uncapped, "
+                      "-nr under a cap (repacking would copy the model into RAM)\n"
+                    : "layouts: -nr for every run (no repacking)\n";
     char line[512];
     std::snprintf(line, sizeof line, "%-6s %10s %11s %11s %8s %11s %11s %8s %12s %12s %10s %9s\n", "cap", "arena",
                   "epq tok/s", "stock tok/s", "ratio", "epq prefill", "stk prefill", "hit", "missed/tok", "read/tok",
@@ -375,7 +388,7 @@ int run_bench(const BenchOptions & o) {
               << "set xlabel 'memory cap (epq arena within it)'\nset key top left\nset offsets 0.3, 0.3, 0, 0\nset "
                  "bmargin 5\nset xlabel offset 0,-1\n"
               << "plot '" << data << "' using 0:2:xtic(1) with linespoints lw 2 title 'epq', "
-              << "'' using 0:3 with linespoints lw 2 title 'stock llama.cpp (mmap, no repack)', "
+              << "'' using 0:3 with linespoints lw 2 title 'stock llama.cpp (mmap; -nr under a cap)', "
               << "'' using 0:4 with lines dt 2 title 'epq roofline'\n";
         }
         const SelfRun g = run_self("/bin/sh", {"-c", "command -v gnuplot >/dev/null && gnuplot '" + script + "'"});

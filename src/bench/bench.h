@@ -27,6 +27,7 @@ struct BenchOptions {
     std::string prefetch = "auto";
     std::string policy = "lfu";
     int read_threads = 4;
+    bool repack = true;  // false: -nr for every run
     bool stock = true;
     bool drop_caches = true;  // before each capped run, when allowed (root)
     double read_floor_seconds = 4.0;
@@ -34,6 +35,12 @@ struct BenchOptions {
     std::string plot_path;
     std::vector<int> streams;  // non-empty: the concurrency benchmark of epq serve (serve_bench.h)
 };
+
+// The weight-layout flag of a child run. Stock under a memory cap always runs -nr: repacking
+// copies every repackable weight out of the mapping into anonymous memory, so the whole model
+// would have to fit; its best under a cap is mmap without repacking. Otherwise both follow
+// `repack` (stock's default flags, or -nr).
+std::vector<std::string> layout_flags(bool paged, const std::string & cap, bool repack);
 
 // One child run's figures, from its --stats-json.
 struct RunFigures {

@@ -145,6 +145,9 @@ struct StreamBench {
                 a.push_back("--preload");
             }
         }
+        for (const auto & f : layout_flags(mode != Mode::stock, mode == Mode::floor ? "none" : cap, o.repack)) {
+            a.push_back(f);
+        }
         return a;
     }
 

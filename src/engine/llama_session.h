@@ -18,9 +18,11 @@ struct SessionOptions {
     uint32_t n_batch = 512;
     // Sequences (epq serve's slots) sharing one KV cache; n_ctx is their total.
     uint32_t n_seq_max = 1;
-    // Weight repacking changes which kernel computes a matmul, so exact comparisons run
-    // without it (llama.cpp's -nr).
-    bool use_extra_bufts = false;
+    // llama.cpp's extra buffer types: weights of the types ggml has interleaved CPU kernels for
+    // are repacked at load (its default). Repacking changes which kernel computes a matmul and so
+    // the rounding: a paged run must hold its experts the same way (PagedModelOptions::repack).
+    // False is llama.cpp's -nr.
+    bool use_extra_bufts = true;
     // Expert tensors to the pager's buffer type (PagedModel::overrides); null for stock.
     const llama_model_tensor_buft_override * overrides = nullptr;
     // Observes graph nodes (llama_context_params.cb_eval); used by the verify checks.

@@ -1,5 +1,7 @@
 #include "engine/paged_model.h"
 
+#include "backend/expert_repack.h"
+
 #include "backend/mmap_policy.h"
 #include "backend/pager_device.h"
 #include "engine/memory_budget.h"
@@ -28,6 +30,29 @@ std::string regex_escape(const std::string & s) {
             out += '\\';
         }
         out += c;
+    }
+    return out;
+}
+
+// `ranges` (sorted, disjoint) without the parts covered by `holes`.
+std::vector<std::pair<uint64_t, uint64_t>> subtract_ranges(const std::vector<std::pair<uint64_t, uint64_t>> & ranges,
+                                                           std::vector<std::pair<uint64_t, uint64_t>> holes) {
+    std::sort(holes.begin(), holes.end());
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    size_t h = 0;
+    for (auto [b, e] : ranges) {
+        while (h < holes.size() && holes[h].second <= b) {
+            ++h;
+        }
+        for (size_t i = h; i < holes.size() && holes[i].first < e && b < e; ++i) {
+            if (holes[i].first > b) {
+                out.emplace_back(b, holes[i].first);
+            }
+            b = std::max(b, holes[i].second);
+        }
+        if (b < e) {
+            out.emplace_back(b, e);
+        }
     }
     return out;
 }
@@ -81,6 +106,7 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     po.prefetch = opts.prefetch;
     po.policy = opts.policy;
     po.trace_path = opts.trace_path;
+    po.repack = opts.repack;
     pager_ = std::make_unique<Pager>(path, index_, po);
     apply_fault_env(*pager_);
 
@@ -121,7 +147,18 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     if (at < file.file_size()) {
         dense.emplace_back(at, file.file_size());
     }
-    set_lazy_mapping(path, std::move(dense));
+    // With repacking on, llama.cpp copies the dense matrices ggml repacks out of the mapping into
+    // memory of its own: locking their file pages as well would hold them twice.
+    std::vector<std::pair<uint64_t, uint64_t>> copied;
+    if (opts.repack) {
+        for (const auto & t : file.tensors()) {
+            // Matrices (stacked experts are 3-D); token_embd is looked up (GET_ROWS), not multiplied.
+            if (t.n_dims == 2 && t.name != "token_embd.weight" && stock_repacks_weight(t.type, t.ne[0], t.ne[1])) {
+                copied.emplace_back(t.file_offset, t.file_offset + t.nbytes);
+            }
+        }
+    }
+    set_lazy_mapping(path, dense, subtract_ranges(dense, std::move(copied)));
 }
 
 DenseLock PagedModel::loaded() {

@@ -24,6 +24,7 @@ struct PagedModelOptions {
     PrefetchMode prefetch = PrefetchMode::automatic;
     EvictionPolicy policy = EvictionPolicy::lfu;
     std::string trace_path;
+    bool repack = true;  // experts in ggml's repacked layout where stock would (false: -nr)
 };
 
 class PagedModel {

@@ -54,10 +54,11 @@ TimeSplit time_split(const PagerStats & a, const PagerStats & b, double wall_sec
     t.outside_pager = std::max(0.0, wall_seconds - pager_wall);
     t.unexplained = pager_wall - t.read_wait - t.expert_compute - t.pager_own;
     t.graph_computes = b.graph_computes - a.graph_computes;
+    t.all_graph_computes = b.all_graph_computes - a.all_graph_computes;
     return t;
 }
 
-nlohmann::json TimeSplit::json(int tokens) const {
+nlohmann::json TimeSplit::json(int tokens, int threads) const {
     return {{"total_seconds", total},
             {"read_wait_seconds", read_wait},
             {"expert_compute_seconds", expert_compute},
@@ -71,7 +72,11 @@ nlohmann::json TimeSplit::json(int tokens) const {
             {"unexplained_seconds", unexplained},
             {"unexplained_share", ratio(unexplained, total)},
             {"pager_graph_computes", graph_computes},
-            {"pager_graph_computes_per_token", ratio(double(graph_computes), tokens)}};
+            {"pager_graph_computes_per_token", ratio(double(graph_computes), tokens)},
+            {"ggml_graph_computes", all_graph_computes},
+            {"ggml_graph_computes_per_token", ratio(double(all_graph_computes), tokens)},
+            // Each graph is one parallel region of ggml's thread team: its start wakes the others.
+            {"thread_wakeups_per_token", ratio(double(all_graph_computes) * std::max(0, threads - 1), tokens)}};
 }
 
 std::string RunReport::text() const {
@@ -103,6 +108,13 @@ std::string RunReport::text() const {
                       p.direct_io ? "O_DIRECT" : "buffered: O_DIRECT unsupported here", p.wait_seconds,
                       p.compute_seconds);
         out += buf;
+        if (p.repacked_matrices > 0) {
+            std::snprintf(buf, sizeof buf,
+                          "epq: experts held in ggml's repacked layout (%llu matrices per expert over the layers; "
+                          "-nr keeps the file's): %.2f s repacking on the read threads\n",
+                          static_cast<unsigned long long>(p.repacked_matrices), p.repack_seconds);
+            out += buf;
+        }
         const PredictionCounts & f = p.prefetch;
         std::snprintf(buf, sizeof buf,
                       "epq: prefetch %s | %llu guesses: precision %.1f%%, recall %.1f%% | speculative reads %llu (%s), "
@@ -128,9 +140,10 @@ std::string RunReport::text() const {
             std::snprintf(buf, sizeof buf,
                           "epq: prefill %.2f s: reads waited %.2f s, expert compute %.2f s, pager's own work %.2f s "
                           "(gather %.2f, scatter %.2f, arena %.2f, predict %.2f), outside the pager %.2f s, "
-                          "unexplained %.2f s | %llu pager graphs\n",
+                          "unexplained %.2f s | %llu ggml graphs, %llu of them the pager's\n",
                           t.total, t.read_wait, t.expert_compute, t.pager_own, t.gather, t.scatter, t.arena, t.predict,
-                          t.outside_pager, t.unexplained, static_cast<unsigned long long>(t.graph_computes));
+                          t.outside_pager, t.unexplained, static_cast<unsigned long long>(t.all_graph_computes),
+                          static_cast<unsigned long long>(t.graph_computes));
             out += buf;
         }
     }
@@ -176,6 +189,8 @@ nlohmann::json RunReport::json() const {
         j["expert_chains"] = p.chains;
         j["rereads_within_batch"] = p.rereads;
         j["solo_expert_nodes"] = p.solo_experts;  // experts given their own node to get ggml's kernel choice
+        j["repacked_matrices_per_expert"] = p.repacked_matrices;  // summed over layers; 0 with -nr
+        j["repack_seconds"] = p.repack_seconds;                   // on the read threads, after the reads
         auto counts = [](const PredictionCounts & c) {
             return nlohmann::json{{"guesses", c.predictions},
                                   {"guessed", c.guessed},
@@ -210,9 +225,10 @@ nlohmann::json RunReport::json() const {
                 (p.wait_seconds - a.wait_seconds) + (p.prefetch_wait_seconds - a.prefetch_wait_seconds);
             j["decode_hit_rate"] = ratio(double(lookups - std::min(lookups, misses)), double(lookups));
             if (pager_before_prefill) {
-                j["prefill_time"] = time_split(*pager_before_prefill, a, gen.prefill_seconds).json(gen.n_prompt);
+                j["prefill_time"] =
+                    time_split(*pager_before_prefill, a, gen.prefill_seconds).json(gen.n_prompt, n_threads);
             }
-            j["decode_time"] = time_split(a, p, gen.decode_seconds).json(gen.n_generated);
+            j["decode_time"] = time_split(a, p, gen.decode_seconds).json(gen.n_generated, n_threads);
         }
     }
     return j;

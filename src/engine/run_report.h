@@ -35,10 +35,12 @@ struct TimeSplit {
     double expert_compute = 0.0;  // ggml computing the expert nodes
     double pager_own = 0.0;       // the pager's work around them (the four below)
     double gather = 0.0, scatter = 0.0, arena = 0.0, predict = 0.0;
-    double outside_pager = 0.0;  // llama.cpp's other graph splits and scheduling (total - pager wall)
-    double unexplained = 0.0;    // pager wall time none of the above accounts for
-    uint64_t graph_computes = 0;
-    nlohmann::json json(int tokens) const;
+    double outside_pager = 0.0;       // llama.cpp's other graph splits and scheduling (total - pager wall)
+    double unexplained = 0.0;         // pager wall time none of the above accounts for
+    uint64_t graph_computes = 0;      // the pager's
+    uint64_t all_graph_computes = 0;  // every ggml CPU graph: llama.cpp's and the pager's
+    // `threads`: the thread count, for the wake-ups the graphs' parallel regions cost.
+    nlohmann::json json(int tokens, int threads) const;
 };
 TimeSplit time_split(const PagerStats & before, const PagerStats & after, double wall_seconds);
 

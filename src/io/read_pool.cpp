@@ -87,6 +87,17 @@ void ReadPool::worker() {
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - active_since_).count();
             }
         }
+        if (error.empty() && job.req.then) {
+            const auto t1 = std::chrono::steady_clock::now();
+            try {
+                job.req.then(job.req.dst);
+            } catch (const std::exception & e) {
+                error = e.what();
+            }
+            const double then_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+            std::lock_guard<std::mutex> lock(mu_);
+            stats_.then_seconds += then_secs;
+        }
         {
             std::lock_guard<std::mutex> lock(job.ticket->mu_);
             if (!error.empty() && job.ticket->error_.empty()) {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,6 +24,9 @@ struct ReadRequest {
     uint8_t * dst = nullptr;
     uint64_t room_before = 0;
     uint64_t room_after = 0;
+    // Run on the read thread once the bytes are in place (not after a failed read): work that
+    // must happen before anyone uses them, such as rewriting them in another layout.
+    std::function<void(uint8_t * dst)> then;
 };
 
 class Ticket {
@@ -44,6 +48,7 @@ struct ReadStats {
     uint64_t bytes = 0;
     double busy_seconds = 0.0;  // summed over threads
     double wall_seconds = 0.0;  // time with at least one read in flight: bytes / this is the bandwidth
+    double then_seconds = 0.0;  // in the requests' `then` work, summed over threads (not in the above)
 };
 
 class ReadPool {

@@ -25,6 +25,9 @@ struct VerifyOptions {
     std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128, 512};
     std::vector<std::string> pairs;  // kernel: "layer:expert" pairs (default: every size class and type)
     int layer = -1;                  // layer: which layer (default: one per size class)
+    // Weights in ggml's repacked layout where stock's default flags repack them (false: -nr),
+    // on both sides of every comparison.
+    bool repack = true;
     std::string memcap;  // generate/determinism: run the epq (paged) processes in a memory cgroup of this size
 };
 

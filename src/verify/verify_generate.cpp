@@ -71,6 +71,9 @@ Gen generate(const VerifyOptions & o, int n, int threads, const std::vector<std:
                                      "--logits-out",
                                      logits};
     args.insert(args.end(), mode.begin(), mode.end());
+    if (!o.repack) {
+        args.push_back("--no-repack");
+    }
     Gen g;
     const bool paged = std::find(mode.begin(), mode.end(), "--no-pager") == mode.end();
     if (paged && !o.memcap.empty()) {
@@ -134,7 +137,8 @@ CheckReport verify_generate(const VerifyOptions & o) {
     md << "# Autoregressive equivalence with stock llama.cpp\n\n**Verdict:** " << (all_ok ? "PASS" : "FAIL")
        << "  \n**Model:** `" << o.model << "`  \n**Method:** " << n
        << " greedy tokens after the same English prompt; every step's full-vocabulary logits compared byte for "
-          "byte with stock llama.cpp (`--no-pager`, no weight repacking, same thread count)."
+          "byte with stock llama.cpp (`--no-pager`, same thread count, same weight layout: " +
+              std::string(o.repack ? "repacked where ggml repacks, stock's default" : "no repacking (-nr)") + ")."
        << (o.memcap.empty() ? std::string() : " epq ran in a " + o.memcap + " memory cgroup; stock ran uncapped.")
        << "\n\n"
        << "| Threads | Arena | Tokens | Tokens | Logits | First differing step | Verdict "

@@ -230,6 +230,7 @@ CheckReport verify_kernel(const VerifyOptions & o) {
     const ExpertIndex idx = ExpertIndex::build(file);
     PagerOptions po;
     po.arena_bytes = idx.min_arena_bytes * 2;
+    po.repack = o.repack;
     Pager pager(o.model, idx, po);
     pager.set_n_threads(o.n_threads);
     apply_fault_env(pager);

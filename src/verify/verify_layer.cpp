@@ -177,6 +177,7 @@ CheckReport verify_layer(const VerifyOptions & o) {
     PagedModelOptions po;
     po.arena = std::to_string(idx.min_arena_bytes * 3);
     po.n_ctx = 256;
+    po.repack = o.repack;
     PagedModel paged(o.model, po);
     MoeCapture cap;
     SessionOptions so;
@@ -184,6 +185,7 @@ CheckReport verify_layer(const VerifyOptions & o) {
     so.n_ctx = 256;
     so.n_batch = 64;
     so.overrides = paged.overrides();
+    so.use_extra_bufts = o.repack;
     so.cb_eval = &MoeCapture::callback;
     so.cb_eval_user_data = &cap;
     LlamaSession s(o.model, so);

@@ -43,6 +43,7 @@ Captures capture_all(const VerifyOptions & o, const std::vector<int> & sizes,
     so.n_ctx = static_cast<uint32_t>(std::max(64, max_n + 16));
     so.n_batch = static_cast<uint32_t>(std::max(32, max_n));
     so.overrides = ov;
+    so.use_extra_bufts = o.repack;
     so.cb_eval = &MoeCapture::callback;
     so.cb_eval_user_data = &cap;
     LlamaSession s(o.model, so);
@@ -87,6 +88,7 @@ CheckReport verify_multitoken(const VerifyOptions & o) {
     PagedModelOptions po;
     po.arena = std::to_string(idx.expert_bytes + idx.expert_bytes / 8 + (64ull << 20));  // every expert resident
     po.n_ctx = 1024;
+    po.repack = o.repack;
     PagedModel paged(o.model, po);
     const Captures epq = capture_all(o, sizes, paged.overrides());
     paged.loaded();
@@ -130,8 +132,9 @@ CheckReport verify_multitoken(const VerifyOptions & o) {
     }
     r.status = all_ok && cases > 0 ? Status::Pass : Status::Fail;
     md << "**Verdict:** " << status_label(r.status) << "  \n**Implementation:** `epq pager` (all experts resident) vs "
-       << "stock llama.cpp, same file, " << o.n_threads << " threads, no weight repacking  \n**Model:** `" << o.model
-       << "`  \n**Cases:** " << cases << "\n\n";
+       << "stock llama.cpp, same file, " << o.n_threads << " threads, "
+       << (o.repack ? "weights repacked where ggml repacks them (stock's default)" : "no weight repacking (-nr)")
+       << "  \n**Model:** `" << o.model << "`  \n**Cases:** " << cases << "\n\n";
     md << "| Batch | Tokens | Layer | Expert IDs exact | Weight max abs | Output max abs "
           "|\n|---|---:|---:|---:|---:|---:|\n"
        << rows.str() << "\n";

@@ -116,6 +116,10 @@ Handler add_verify(CLI::App & app) {
     sub->add_option("--pair", o->pairs, "kernel: LAYER:EXPERT (repeatable; default: every slot size and type)");
     sub->add_option("--layer", o->layer, "layer: the layer to recompute (default: one per slot size)");
     sub->add_flag("--fast", o->fast, "smaller runs (fewer tokens, batch sizes and runs)");
+    sub->add_flag_function(
+        "--no-repack", [o](int64_t) { o->repack = false; },
+        "(-nr) every weight in the file's layout on both sides, as llama.cpp's -nr (default: repacked where stock's "
+        "default flags repack)");
     sub->add_option(
         "--memcap", o->memcap,
         "generate/determinism: run epq in a memory cgroup of this size (e.g. 8G; root); stock stays uncapped");
@@ -130,6 +134,9 @@ Handler add_verify(CLI::App & app) {
                                                     "--det-tokens", std::to_string(o->n_determinism)};
             if (o->fast) {
                 passthrough.push_back("--fast");
+            }
+            if (!o->repack) {
+                passthrough.push_back("--no-repack");
             }
             if (!o->memcap.empty()) {
                 passthrough.insert(passthrough.end(), {"--memcap", o->memcap});

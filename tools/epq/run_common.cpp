@@ -13,7 +13,11 @@
 namespace epq::cli {
 
 void add_pager_flags(CLI::App & sub, RunOptions & o) {
-    sub.add_flag("--no-pager", o.no_pager, "run the file through stock llama.cpp (mmap, no repacking): the baseline");
+    sub.add_flag("--no-pager", o.no_pager, "run the file through stock llama.cpp (mmap): the baseline");
+    sub.add_flag("--no-repack", o.no_repack,
+                 "(-nr) keep every weight in the file's layout, as llama.cpp's -nr does: without it, weights of the "
+                 "types ggml has interleaved CPU kernels for are repacked (dense ones by llama.cpp, experts in the "
+                 "arena), as stock llama.cpp does by default");
     sub.add_option("--arena", o.arena,
                    "RAM for experts: a size (4G, 512M) or 'auto' (available memory minus dense weights, KV cache "
                    "and headroom)")
@@ -69,6 +73,7 @@ LoadedModel load_model(const RunOptions & o) {
     so.n_ctx = o.n_ctx;
     so.n_batch = o.n_batch;
     so.n_seq_max = o.n_parallel;
+    so.use_extra_bufts = !o.no_repack;
     m.n_threads = so.n_threads;
     // A model without routed experts has nothing to page: say so and run it as stock does.
     const bool dense = !o.no_pager && !has_routed_experts(file);
@@ -90,6 +95,7 @@ LoadedModel load_model(const RunOptions & o) {
             throw Error("--policy belady needs the future: it exists only in epq simulate");
         }
         po.trace_path = o.trace;
+        po.repack = !o.no_repack;
         m.paged = std::make_unique<PagedModel>(o.model, po);
         const auto & idx = m.paged->index();
         const auto & plan = m.paged->pager().plan();
@@ -112,8 +118,8 @@ LoadedModel load_model(const RunOptions & o) {
                         std::string(dense ? "this model has no routed experts" : "drop --no-pager"));
         }
         if (!dense) {
-            std::fprintf(stderr, "epq: --no-pager: running %s through stock llama.cpp (mmap, no repacking)\n",
-                         o.model.c_str());
+            std::fprintf(stderr, "epq: --no-pager: running %s through stock llama.cpp (mmap, %s)\n", o.model.c_str(),
+                         o.no_repack ? "no repacking" : "weights repacked where ggml can, its default");
         }
     }
     m.session = std::make_unique<LlamaSession>(o.model, so);

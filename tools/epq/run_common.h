@@ -25,6 +25,7 @@ struct RunOptions {
     uint32_t n_parallel = 1;  // sequences in the context (epq serve's slots)
     SamplingOptions sampling;
     bool no_pager = false;
+    bool no_repack = false;  // -nr: weights stay in the file's layout
     std::string arena = "auto";
     int read_threads = 4;
     bool verbose = false;
