@@ -236,9 +236,27 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
         token_clock_running_ = decode;
     }
     stats_.arena_seconds += since(t_arena);
-    settle_prefetch(li, experts, decode && first_op_of_layer);
+    // Reads started ahead for this layer during the previous one's prompt ubatch are taken over
+    // as they are, in flight or landed: an expert selected here waits on its read like a miss of
+    // its own, and nothing waits for the ones it does not select until the chain is done.
+    std::vector<Use> adopted;
+    std::vector<std::shared_ptr<Ticket>> landing;
+    if (pending_.valid && pending_.prefill && pending_.li == li && first_op_of_layer) {
+        adopted = std::move(pending_.reads);
+        pending_ = Prefetch{};
+        landing.assign(n_expert_, nullptr);
+        for (const Use & u : adopted) {
+            landing[static_cast<size_t>(u.expert)] = u.ticket;
+        }
+    } else {
+        settle_prefetch(li, experts, decode && first_op_of_layer);
+    }
     bool predicted =
         !(decode && first_op_of_layer && predictor_ && prefetch_.active() && li + 1 < layout_.layers.size());
+    // A prompt ubatch reads the next layer's experts while this one computes (when prefetch is
+    // not off): see start_prefill_readahead.
+    bool read_ahead =
+        !decode && first_op_of_layer && stats_.prefetch_mode != PrefetchMode::off && li + 1 < layout_.layers.size();
 
     // A pipeline bounded by the arena: pin and request as many experts as fit, compute those
     // that are ready, release their slots, and pin more. Every expert is pinned once per chain.
@@ -258,6 +276,12 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
                 Use u;
                 u.expert = experts[next];
                 u.ref = a->ref;
+                if (a->hit && !landing.empty() && landing[e] && !arena_.is_ready(u.ref)) {
+                    u.ticket = landing[e];  // read ahead and still landing
+                }
+                if (a->hit && !landing.empty() && landing[e]) {
+                    ++stats_.readahead_used;
+                }
                 if (!a->hit) {
                     u.ticket = load(layer, u.expert, u.ref);
                     read_any = true;
@@ -280,6 +304,15 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
                 }
                 t_arena = std::chrono::steady_clock::now();
                 predicted = true;
+            }
+            if (read_ahead && next == experts.size()) {
+                stats_.arena_seconds += since(t_arena);
+                {
+                    ScopedTimer timer(stats_.predict_seconds);
+                    start_prefill_readahead(li, chain.front()->src[1], ids->ne[0]);
+                }
+                t_arena = std::chrono::steady_clock::now();
+                read_ahead = false;
             }
             // Resident experts first, then misses as they arrive (at least the oldest one).
             std::vector<size_t> ready;
@@ -344,8 +377,17 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
             reader_.check_unchanged();
         }
         write_outputs(chain);
+        // Read-ahead this layer did not select: keep what landed, and the slots for what follows.
+        for (Use & u : adopted) {
+            u.ticket->wait();
+            if (!arena_.is_ready(u.ref)) {
+                loaded(layer, u.ref);
+            }
+        }
+        release(adopted);
     } catch (...) {
         release(inflight);
+        release(adopted);
         throw;
     }
 }
@@ -438,6 +480,66 @@ void Pager::start_prefetch(size_t li, const ggml_tensor * x) {
         stats_.speculative_bytes += expert_bytes;
         p.reads.push_back(std::move(u));
         p.read_bytes.push_back(expert_bytes);
+    }
+    p.valid = true;
+    pending_ = std::move(p);
+}
+
+void Pager::start_prefill_readahead(size_t li, const ggml_tensor * x, int64_t k) {
+    const LayerLayout & next = layout_.layers[li + 1];
+    const int64_t n_tok = x->ne[2];
+    // Which of the next layer's experts the ubatch will select: a ubatch that selects each
+    // expert twice on average (tokens x top-k >= 2 x experts) leaves only e^-2 of them, 14%,
+    // unselected - measured against prediction over every row, reading them all costs less
+    // than deciding. Smaller ubatches take the union of the next layer's router applied to each
+    // row of this layer's input (the residual stream moves little between layers), where the
+    // model's routers allow it; else nothing is read ahead.
+    std::vector<uint32_t> want;
+    if (n_tok * k >= 2 * static_cast<int64_t>(n_expert_)) {
+        for (uint32_t e = 0; e < n_expert_; ++e) {
+            want.push_back(e);
+        }
+    } else if (predictor_ && predictor_->available()) {
+        std::vector<char> seen(n_expert_, 0);
+        for (int64_t t = 0; t < n_tok; ++t) {
+            const float * row = reinterpret_cast<const float *>(static_cast<const char *>(x->data) + t * x->nb[2]);
+            for (uint32_t e : predictor_->predict(next.layer, row, x->ne[0])) {
+                if (!seen[e]) {
+                    seen[e] = 1;
+                    want.push_back(e);
+                }
+            }
+        }
+    }
+    // At most half of the next layer's size class, so a small arena is not flushed by guesses.
+    const size_t cap = plan_.pools[next.size_class].n_slots / 2;
+    uint64_t expert_bytes = 0;
+    for (const auto & m : next.matrices) {
+        expert_bytes += m.stride;
+    }
+    Prefetch p;
+    p.prefill = true;
+    p.li = li + 1;
+    for (uint32_t e : want) {
+        if (p.reads.size() >= cap) {
+            break;
+        }
+        const ExpertKey key{static_cast<uint32_t>(next.layer), e};
+        if (arena_.find(key)) {
+            continue;  // resident: the layer pins it itself
+        }
+        auto a = arena_.acquire(key, next.size_class);
+        if (!a) {
+            break;  // every slot is pinned
+        }
+        Use u;
+        u.expert = static_cast<int32_t>(e);
+        u.ref = a->ref;
+        u.ticket = load(next, u.expert, u.ref);
+        ++stats_.speculative_reads;
+        ++stats_.readahead_reads;
+        stats_.speculative_bytes += expert_bytes;
+        p.reads.push_back(std::move(u));
     }
     p.valid = true;
     pending_ = std::move(p);

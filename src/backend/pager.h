@@ -48,7 +48,9 @@ struct PagerStats {
     uint64_t demand_misses = 0;      // of which a layer asked for and did not find: misses - speculative
     uint64_t speculative_reads = 0;  // experts read early on a guess (prefetch)
     uint64_t speculative_bytes = 0;
-    uint64_t preloaded = 0;  // experts read by preload()
+    uint64_t readahead_reads = 0;  // of the speculative reads, those read ahead for prompt ubatches
+    uint64_t readahead_used = 0;   // of which the next layer then selected
+    uint64_t preloaded = 0;        // experts read by preload()
     uint64_t evictions = 0;
     uint64_t borrowed = 0;
     uint64_t bytes_read = 0;
@@ -152,12 +154,16 @@ private:
     // The guess for the next layer and its speculative reads, settled when that layer runs.
     struct Prefetch {
         bool valid = false;
+        bool prefill = false;  // read ahead for a prompt ubatch: adopted by the next layer, not settled
         size_t li = 0;
         std::vector<uint32_t> guessed;
         std::vector<uint64_t> read_bytes;
         std::vector<Use> reads;
     };
     void start_prefetch(size_t li, const ggml_tensor * x);
+    // Prompt ubatches: while layer `li` computes, read the next layer's experts that are not
+    // resident (see run_chain for which), as far as unpinned slots allow.
+    void start_prefill_readahead(size_t li, const ggml_tensor * x, int64_t k);
     void settle_prefetch(size_t li, const std::vector<int32_t> & selected, bool decode);
     void drain_prefetch() noexcept;
     // Unpins `uses`; a slot whose read did not complete is waited for and forgotten.

@@ -174,6 +174,8 @@ nlohmann::json RunReport::json() const {
         j["misses"] = p.misses;
         j["demand_misses"] = p.demand_misses;
         j["speculative_reads"] = p.speculative_reads;
+        j["readahead_reads"] = p.readahead_reads;  // of them, read ahead for prompt ubatches
+        j["readahead_used"] = p.readahead_used;    // of those, selected by the next layer
         j["speculative_bytes"] = p.speculative_bytes;
         j["evictions"] = p.evictions;
         j["hit_rate"] = ratio(double(p.hits), double(p.expert_lookups));
