@@ -171,7 +171,7 @@ TEST(Bench, ReportsEveryFigureAsJsonAndAPlot) {
                                      "-n",
                                      "8",
                                      "--stock-tokens",
-                                     "8",  // fewer can end the first stream before every stream decodes
+                                     "4",
                                      "--replay-prompt",
                                      "16",
                                      "-t",

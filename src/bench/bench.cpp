@@ -140,6 +140,10 @@ struct CapResult {
     double missed_per_token = 0, read_per_token = 0, hit_rate = 0;
     double roofline = 0;
     uint64_t arena = 0;
+    // Read floor samples (bytes/s): the first, taken before any run, and one before each of this
+    // cap's epq runs, so the floor is measured beside what it bounds (the disk drifts).
+    std::vector<double> floor;
+    double floor_bw = 0;  // their median: the roofline's bandwidth
 };
 
 }  // namespace
@@ -246,6 +250,10 @@ int run_bench(const BenchOptions & o) {
         for (int r = 0; r < o.runs; ++r) {
             // Interleaved, so drift of the machine hits both alike. Uncapped, both run warm:
             // stock from a page cache that holds the file, epq from a preloaded arena.
+            if (!warm) {
+                c.floor.push_back(measure_expert_reads(o.model, idx, o.read_threads, o.read_floor_seconds / 2, 2 + r)
+                                      .bytes_per_second());
+            }
             c.epq.push_back(child.run(cap, true,
                                       warm ? std::vector<std::string>{"--preload"} : std::vector<std::string>{},
                                       "epq-" + cap + "-" + std::to_string(r)));
@@ -280,7 +288,9 @@ int run_bench(const BenchOptions & o) {
             c.compute_s = median_of(per_token, &RunFigures::decode_seconds);
             c.compute_source = "estimated: decode time not spent waiting on reads, this cap's epq runs";
         }
-        const double io_s = bw > 0 ? c.missed_per_token / bw : 0.0;
+        c.floor.push_back(bw);
+        c.floor_bw = median(c.floor);
+        const double io_s = c.floor_bw > 0 ? c.missed_per_token / c.floor_bw : 0.0;
         c.roofline = std::max(c.compute_s, io_s) > 0 ? 1.0 / std::max(c.compute_s, io_s) : 0.0;
         caps.push_back(std::move(c));
     }
@@ -313,6 +323,32 @@ int run_bench(const BenchOptions & o) {
     out +=
         "roofline tok/s = 1 / max(compute s/token, missed bytes/token / read bandwidth); read/tok counts every "
         "byte read in decode (speculative included), missed/tok the expert bytes of those reads\n";
+    // The floor beside the runs it bounds, and every run that beat it: a floor a run beats is wrong.
+    for (const auto & c : caps) {
+        if (c.cap == "none") {
+            continue;
+        }
+        const auto [lo, hi] = std::minmax_element(c.floor.begin(), c.floor.end());
+        double run_bw = 0;
+        for (const auto & f : c.epq) {
+            run_bw = std::max(run_bw, f.ok ? num(f.stats, "read_bandwidth_bytes_per_second") : 0.0);
+        }
+        std::snprintf(line, sizeof line,
+                      "cap %s: read floor %s/s (median of %zu samples taken before its runs; %s/s to %s/s); its epq "
+                      "runs read at up to %s/s while reading",
+                      c.cap.c_str(), format_bytes(static_cast<uint64_t>(c.floor_bw)).c_str(), c.floor.size(),
+                      format_bytes(static_cast<uint64_t>(*lo)).c_str(),
+                      format_bytes(static_cast<uint64_t>(*hi)).c_str(),
+                      format_bytes(static_cast<uint64_t>(run_bw)).c_str());
+        out += line;
+        if (run_bw > *hi) {
+            out += " - ABOVE every floor sample: the floor understates this disk (a cache below the file system?)";
+        }
+        if (c.roofline > 0 && c.epq_decode > c.roofline) {
+            out += " - decode ABOVE its roofline: a floor (compute or read) is wrong";
+        }
+        out += "\n";
+    }
     if (!child.dropped_ok) {
         out += "note: the page cache could not be dropped before capped runs (needs root): stock may look faster\n";
     }
@@ -356,6 +392,8 @@ int run_bench(const BenchOptions & o) {
                                  {"compute_seconds_per_token", c.compute_s},
                                  {"compute_source", c.compute_source},
                                  {"roofline_tps", c.roofline},
+                                 {"read_floor_bytes_per_second", c.floor_bw},
+                                 {"read_floor_samples", c.floor},
                                  {"fraction_of_roofline", c.roofline > 0 ? c.epq_decode / c.roofline : 0.0}};
             for (const auto * runs : {&c.epq, &c.stock}) {
                 nlohmann::json arr = nlohmann::json::array();

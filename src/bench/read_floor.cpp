@@ -5,6 +5,7 @@
 #include "io/read_pool.h"
 #include "util/error.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <deque>
@@ -14,7 +15,7 @@
 namespace epq {
 
 ReadFloor measure_expert_reads(const std::string & path, const ExpertIndex & index, int threads, double seconds,
-                               uint64_t seed) {
+                               uint64_t seed, size_t depth) {
     const SlotLayout layout = SlotLayout::build(index);
     if (layout.layers.empty()) {
         throw Error(path + " has no routed experts to read");
@@ -22,7 +23,8 @@ ReadFloor measure_expert_reads(const std::string & path, const ExpertIndex & ind
     DirectReader reader(path);
     ReadPool pool(reader, threads);
     const uint64_t slot = layout.class_bytes.back();
-    const size_t depth = static_cast<size_t>(threads) * 2;
+    depth = depth > 0 ? depth : static_cast<size_t>(threads) * 8;
+    depth = std::max<size_t>(1, std::min<size_t>(depth, (256ull << 20) / layout.class_bytes.back()));  // buffers
     struct Free {
         void operator()(uint8_t * p) const { std::free(p); }
     };

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace epq {
 
@@ -18,8 +19,10 @@ struct ReadFloor {
     double bytes_per_second() const { return seconds > 0 ? static_cast<double>(bytes) / seconds : 0.0; }
 };
 
-// Reads random experts with `in_flight` reads queued on `threads` threads for about `seconds`.
+// Reads random experts on `threads` threads for about `seconds`, the way the pager reads them:
+// one request per matrix into a slot-shaped buffer, `depth` experts queued at once (the pager
+// queues a layer's misses together: tens of experts; 0 means 8 per thread).
 ReadFloor measure_expert_reads(const std::string & path, const ExpertIndex & index, int threads, double seconds,
-                               uint64_t seed = 1);
+                               uint64_t seed = 1, size_t depth = 0);
 
 }  // namespace epq
