@@ -198,6 +198,15 @@ TEST(Bench, ReportsEveryFigureAsJsonAndAPlot) {
     EXPECT_EQ(c["stock_runs"].size(), 1u);
     EXPECT_EQ(c["epq_runs"][0]["generated_tokens"], 8);
     EXPECT_EQ(c["stock_runs"][0]["generated_tokens"], 4);
+    // The epq run's decode routing, beside the published figures for Qwen3-30B-A3B (qwen3moe).
+    const auto & rt = j["routing"];
+    EXPECT_EQ(rt["decode_tokens"], 7) << "8 generated tokens: 7 decode steps after the prompt's";
+    EXPECT_EQ(rt["published_model"], "Qwen3-30B-A3B");
+    ASSERT_EQ(rt["shares"].size(), 4u);
+    for (const auto & sh : rt["shares"]) {
+        EXPECT_LE(sh["lru"].get<double>(), sh["belady"].get<double>()) << sh.dump();  // the optimum is optimal
+    }
+    EXPECT_NE(r.out.find("reuse by the next token"), std::string::npos) << r.out;
     if (have_gnuplot) {
         const auto png = read_file(d + "/bench.png");
         ASSERT_GT(png.size(), 8u);

@@ -1,6 +1,7 @@
 // Routing traces (write, read, every malformed input) and the cache simulator (replay semantics,
 // bytes per class, belady against independent brute-force optima).
 #include "sim/cache_sim.h"
+#include "sim/routing_stats.h"
 #include "sim/sim_report.h"
 #include "sim/trace.h"
 #include "util/error.h"
@@ -452,4 +453,36 @@ TEST(SimReport, TableShowsRatesRatiosAndGibPerStep) {
     EXPECT_EQ(j["results"][1]["policy"], "lfu");
     EXPECT_EQ(j["results"][1]["bytes_missed"], gib);
     EXPECT_DOUBLE_EQ(j["results"][2]["gib_missed_per_step"].get<double>(), 0.125);
+}
+
+TEST(RoutingStats, PerLayerLruBeladyAndReuseByHand) {
+    // One layer, 8 experts, top-1. Step 0 is a two-token prompt (left out); decode steps 1-6
+    // select 0 1 0 2 1 0. A cache of 25% holds 2 experts.
+    // LRU: 0 m, 1 m, 0 h, 2 m (drops 1), 1 m (drops 0), 0 m: 1 hit of 6.
+    // Belady: 0 m, 1 m, 0 h, 2 m (used never again: bypasses), 1 h, 0 h: 3 of 6.
+    // Reuse: no token repeats its predecessor's expert: 0.
+    Trace t;
+    t.header = header(8, 1, {{100, 8}}, {{0, 0}});
+    t.records = {{0, 0, 0, {5}}, {0, 1, 0, {6}}, {1, 2, 0, {0}}, {2, 3, 0, {1}},
+                 {3, 4, 0, {0}}, {4, 5, 0, {2}}, {5, 6, 0, {1}}, {6, 7, 0, {0}}};
+    const RoutingStats s = routing_stats(t, {0.25}, 0);
+    EXPECT_EQ(s.decode_tokens, 6u);
+    ASSERT_EQ(s.shares.size(), 1u);
+    EXPECT_DOUBLE_EQ(s.shares[0].lru, 1.0 / 6);
+    EXPECT_DOUBLE_EQ(s.shares[0].belady, 3.0 / 6);
+    EXPECT_DOUBLE_EQ(s.reuse, 0.0);
+
+    // Two layers, top-2: layer 0 selects {0,1} {1,2} {2,3}, layer 1 {4,5} {4,5} {6,7}. Reuse: layer 0
+    // keeps 1 of 2 twice, layer 1 2 of 2 then 0 of 2: 4 of 8. With a warm-up of one token, a cache of
+    // 50% (4 experts) in each layer hits 1 + 1 in layer 0 and 2 + 0 in layer 1: 4 of 8.
+    Trace u;
+    u.header = header(8, 2, {{100, 16}}, {{0, 0}, {1, 0}});
+    u.records = {{0, 0, 0, {0, 1}}, {0, 0, 1, {4, 5}}, {1, 1, 0, {1, 2}},
+                 {1, 1, 1, {4, 5}}, {2, 2, 0, {2, 3}}, {2, 2, 1, {6, 7}}};
+    const RoutingStats v = routing_stats(u, {0.5}, 1);
+    EXPECT_EQ(v.decode_tokens, 3u);
+    EXPECT_EQ(v.counted, 2u);
+    EXPECT_DOUBLE_EQ(v.reuse, 0.5);
+    EXPECT_DOUBLE_EQ(v.shares[0].lru, 0.5);
+    EXPECT_DOUBLE_EQ(v.shares[0].belady, 0.5);
 }

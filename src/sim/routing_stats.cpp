@@ -1,0 +1,150 @@
+#include "sim/routing_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <list>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace epq {
+
+namespace {
+
+using Sets = std::vector<std::vector<uint32_t>>;  // one layer: each decode token's selected experts
+
+// Hits of an LRU cache of `cap` experts over `seq`, counting tokens from `warmup` on.
+std::pair<uint64_t, uint64_t> lru_hits(const Sets & seq, size_t cap, size_t warmup) {
+    std::list<uint32_t> order;  // front: most recent
+    std::unordered_map<uint32_t, std::list<uint32_t>::iterator> where;
+    uint64_t hits = 0, uses = 0;
+    for (size_t i = 0; i < seq.size(); ++i) {
+        for (uint32_t e : seq[i]) {
+            auto it = where.find(e);
+            const bool hit = it != where.end();
+            if (i >= warmup) {
+                hits += hit;
+                ++uses;
+            }
+            if (hit) {
+                order.erase(it->second);
+            }
+            order.push_front(e);
+            where[e] = order.begin();
+        }
+        while (order.size() > cap) {
+            where.erase(order.back());
+            order.pop_back();
+        }
+    }
+    return {hits, uses};
+}
+
+// Belady: past the capacity, drop the cached expert used again farthest ahead - possibly the
+// one just used (it then bypasses the cache), which is what the optimum does.
+std::pair<uint64_t, uint64_t> belady_hits(const Sets & seq, size_t cap, size_t warmup) {
+    // next_use[i][j]: the next token after i that selects seq[i][j]
+    std::unordered_map<uint32_t, size_t> last;
+    std::vector<std::vector<size_t>> next_use(seq.size());
+    for (size_t i = seq.size(); i-- > 0;) {
+        for (uint32_t e : seq[i]) {
+            auto it = last.find(e);
+            next_use[i].push_back(it == last.end() ? SIZE_MAX : it->second);
+        }
+        for (uint32_t e : seq[i]) {
+            last[e] = i;
+        }
+    }
+    std::set<std::pair<size_t, uint32_t>> by_next;  // (next use, expert) of the cached
+    std::unordered_map<uint32_t, size_t> cached;    // expert -> its next use
+    uint64_t hits = 0, uses = 0;
+    for (size_t i = 0; i < seq.size(); ++i) {
+        for (size_t j = 0; j < seq[i].size(); ++j) {
+            const uint32_t e = seq[i][j];
+            auto it = cached.find(e);
+            const bool hit = it != cached.end();
+            if (i >= warmup) {
+                hits += hit;
+                ++uses;
+            }
+            if (hit) {
+                by_next.erase({it->second, e});
+            }
+            cached[e] = next_use[i][j];
+            by_next.insert({next_use[i][j], e});
+        }
+        while (cached.size() > cap) {
+            auto far = std::prev(by_next.end());
+            cached.erase(far->second);
+            by_next.erase(far);
+        }
+    }
+    return {hits, uses};
+}
+
+}  // namespace
+
+RoutingStats routing_stats(const Trace & t, const std::vector<double> & shares, uint64_t warmup) {
+    // A decode step holds one token: one record per MoE layer.
+    std::map<uint32_t, Sets> layers;  // layer -> the experts of each decode step, in order
+    std::map<uint64_t, uint64_t> tokens_in_step;
+    for (const auto & r : t.records) {
+        ++tokens_in_step[r.step];
+    }
+    std::set<uint64_t> decode_steps;
+    for (const auto & [step, n] : tokens_in_step) {
+        if (n == t.header.layers.size()) {
+            decode_steps.insert(step);
+        }
+    }
+    for (const auto & r : t.records) {
+        if (decode_steps.count(r.step)) {
+            std::vector<uint32_t> e = r.experts;
+            std::sort(e.begin(), e.end());
+            e.erase(std::unique(e.begin(), e.end()), e.end());
+            layers[r.layer].push_back(std::move(e));
+        }
+    }
+    RoutingStats s;
+    s.decode_tokens = decode_steps.size();
+    s.counted = s.decode_tokens > warmup ? s.decode_tokens - warmup : 0;
+    const uint32_t n_expert = t.header.n_expert;
+    for (double share : shares) {
+        const size_t cap = std::max<size_t>(1, static_cast<size_t>(std::lround(share * n_expert)));
+        uint64_t lh = 0, bh = 0, uses = 0;
+        for (const auto & [layer, seq] : layers) {
+            const auto l = lru_hits(seq, cap, warmup);
+            const auto b = belady_hits(seq, cap, warmup);
+            lh += l.first;
+            bh += b.first;
+            uses += l.second;
+        }
+        const double n = static_cast<double>(uses);
+        s.shares.push_back({share, uses ? static_cast<double>(lh) / n : 0.0, uses ? static_cast<double>(bh) / n : 0.0});
+    }
+    uint64_t reused = 0, selected = 0;
+    for (const auto & [layer, seq] : layers) {
+        for (size_t i = 1; i < seq.size(); ++i) {
+            for (uint32_t e : seq[i]) {
+                reused += std::binary_search(seq[i - 1].begin(), seq[i - 1].end(), e);
+                ++selected;
+            }
+        }
+    }
+    s.reuse = selected ? static_cast<double>(reused) / static_cast<double>(selected) : 0.0;
+    return s;
+}
+
+PublishedRouting published_routing(const std::string & arch) {
+    // Decode on real text, warm per-layer caches: LRU / Belady hit rate at each cached share,
+    // and the share of a token's experts the previous token also used.
+    if (arch == "qwen3moe") {
+        return {"Qwen3-30B-A3B", {{0.125, 0.65, 0.80}, {0.25, 0.83, 0.92}, {0.375, 0.92, 0.97}}, 0.45};
+    }
+    if (arch == "olmoe") {
+        return {"OLMoE-1B-7B", {{0.25, 0.61, 0.79}, {0.5, 0.83, 0.93}}, 0.43};
+    }
+    return {};
+}
+
+}  // namespace epq

@@ -1,0 +1,40 @@
+// Routing statistics of a decode trace, in the terms published measurements of real MoE models
+// use, so a benchmark on synthetic weights can say how its routing compares: per-layer caches
+// holding a share of each layer's experts, their LRU and Belady (optimal) hit rates once warm,
+// and how many of a token's experts the previous token also selected (reuse).
+#pragma once
+
+#include "sim/trace.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace epq {
+
+struct ShareHits {
+    double share = 0;  // of each layer's experts cached, in its own cache
+    double lru = 0;    // hit rates over the counted tokens
+    double belady = 0;
+};
+
+struct RoutingStats {
+    uint64_t decode_tokens = 0;  // single-token steps in the trace
+    uint64_t counted = 0;        // of which counted (after the warm-up)
+    std::vector<ShareHits> shares;
+    double reuse = 0;  // selected experts the previous token also selected at that layer
+};
+
+// Decode steps only (one token per step); the first `warmup` of them fill the caches uncounted.
+RoutingStats routing_stats(const Trace & t, const std::vector<double> & shares, uint64_t warmup = 16);
+
+// Published decode figures for the real model of an architecture, to print beside a
+// synthetic run's; empty where none are known.
+struct PublishedRouting {
+    std::string model;
+    std::vector<ShareHits> shares;
+    double reuse = 0;
+};
+PublishedRouting published_routing(const std::string & arch);
+
+}  // namespace epq
