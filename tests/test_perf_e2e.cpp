@@ -103,6 +103,9 @@ TEST(Prefetch, PredictionChangesNoLogitAndItsAccountingAddsUp) {
     }
     EXPECT_EQ(j["prefill_time"]["total_seconds"], j["prefill_seconds"]);
     EXPECT_EQ(j["decode_time"]["total_seconds"], j["decode_seconds"]);
+    // The read threads' own CPU time is measured (it competes with the matmuls for the cores).
+    EXPECT_GT(j["read_cpu_seconds"].get<double>(), 0.0);
+    EXPECT_LE(j["read_cpu_seconds"].get<double>(), j["read_seconds"].get<double>() * 4 + 0.01);  // 4 read threads
     EXPECT_GT(j["decode_time"]["pager_own"]["predict_seconds"].get<double>(), 0.0) << "prefetch on: guesses are timed";
 }
 

@@ -638,6 +638,7 @@ PagerStats Pager::stats() const {
     s.read_busy_seconds = rs.busy_seconds;
     s.read_wall_seconds = rs.wall_seconds;
     s.repack_seconds = rs.then_seconds;
+    s.read_cpu_seconds = rs.cpu_seconds;
     s.all_graph_computes = ggml_graph_compute_counter().load(std::memory_order_relaxed);
     s.prefetch_state = prefetch_.state();
     s.prefetch = prefetch_.total();

@@ -63,6 +63,7 @@ struct PagerStats {
     double repack_seconds = 0.0;       // rewriting read experts in that layout, summed over read threads
     double read_busy_seconds = 0.0;    // summed over read threads
     double read_wall_seconds = 0.0;    // with at least one read in flight
+    double read_cpu_seconds = 0.0;     // CPU the read threads spent on the reads themselves
     double wait_seconds = 0.0;         // compute stalled on reads
     double compute_seconds = 0.0;      // ggml computing the expert nodes (matmuls and what lies between)
     // Where the rest of the pager's time goes, each on its own clock, so that pager_seconds minus

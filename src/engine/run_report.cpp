@@ -184,6 +184,9 @@ nlohmann::json RunReport::json() const {
         j["bytes_read_per_token"] = ratio(double(p.bytes_read), tokens);
         j["read_bandwidth_bytes_per_second"] = ratio(double(p.bytes_read), p.read_wall_seconds);
         j["read_seconds"] = p.read_wall_seconds;
+        // What reading costs the CPU that the matmuls need: read threads' CPU time per GiB read.
+        j["read_cpu_seconds"] = p.read_cpu_seconds;
+        j["read_cpu_seconds_per_gib"] = ratio(p.read_cpu_seconds, double(p.bytes_read) / double(1ull << 30));
         j["read_wait_seconds"] = p.wait_seconds;
         j["expert_compute_seconds"] = p.compute_seconds;
         j["direct_io"] = p.direct_io;

@@ -3,8 +3,19 @@
 #include "util/error.h"
 
 #include <chrono>
+#include <ctime>
 
 namespace epq {
+
+namespace {
+
+double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
 
 void Ticket::wait() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -70,6 +81,7 @@ void ReadPool::worker() {
             }
         }
         std::string error;
+        const double cpu0 = thread_cpu_seconds();
         const auto t0 = std::chrono::steady_clock::now();
         try {
             reader_.read(job.req.offset, job.req.len, job.req.dst, job.req.room_before, job.req.room_after);
@@ -77,11 +89,13 @@ void ReadPool::worker() {
             error = e.what();
         }
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double cpu = thread_cpu_seconds() - cpu0;
         {
             std::lock_guard<std::mutex> lock(mu_);
             ++stats_.requests;
             stats_.bytes += job.req.len;
             stats_.busy_seconds += secs;
+            stats_.cpu_seconds += cpu;
             if (--active_ == 0) {
                 stats_.wall_seconds +=
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - active_since_).count();

@@ -49,6 +49,7 @@ struct ReadStats {
     double busy_seconds = 0.0;  // summed over threads
     double wall_seconds = 0.0;  // time with at least one read in flight: bytes / this is the bandwidth
     double then_seconds = 0.0;  // in the requests' `then` work, summed over threads (not in the above)
+    double cpu_seconds = 0.0;   // CPU time the read threads spent reading (syscalls, copies), not waiting
 };
 
 class ReadPool {
