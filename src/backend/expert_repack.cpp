@@ -80,14 +80,12 @@ bool repacks_in(ggml_backend_buffer_t tag, ggml_type type, int64_t ne0, int64_t 
 }  // namespace
 
 bool stock_repacks_weight(ggml_type type, int64_t ne0, int64_t ne1, int64_t n_expert) {
-    ggml_backend_buffer_type_t buft = repack_buffer_type();
-    if (!buft) {
-        return false;
-    }
-    ggml_backend_buffer_t tag = new_tag_buffer(buft);
-    const bool yes = repacks_in(tag, type, ne0, ne1, n_expert);
-    ggml_backend_buffer_free(tag);
-    return yes;
+    // One tag buffer for the process: asked once per dense matrix at load.
+    static const ggml_backend_buffer_t tag = [] {
+        ggml_backend_buffer_type_t buft = repack_buffer_type();
+        return buft ? new_tag_buffer(buft) : nullptr;
+    }();
+    return tag && repacks_in(tag, type, ne0, ne1, n_expert);
 }
 
 ExpertRepack::Key ExpertRepack::key_of(const MatrixPlacement & m) {

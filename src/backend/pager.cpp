@@ -34,6 +34,15 @@ double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The bytes one expert of `layer` occupies in the file (what a read of it moves).
+uint64_t file_bytes_of_expert(const LayerLayout & layer) {
+    uint64_t n = 0;
+    for (const auto & m : layer.matrices) {
+        n += m.stride;
+    }
+    return n;
+}
+
 const ggml_tensor * base_of(const ggml_tensor * t) {
     return t->view_src ? t->view_src : t;
 }
@@ -276,11 +285,11 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
                 Use u;
                 u.expert = experts[next];
                 u.ref = a->ref;
-                if (a->hit && !landing.empty() && landing[e] && !arena_.is_ready(u.ref)) {
-                    u.ticket = landing[e];  // read ahead and still landing
-                }
                 if (a->hit && !landing.empty() && landing[e]) {
                     ++stats_.readahead_used;
+                    if (!arena_.is_ready(u.ref)) {
+                        u.ticket = landing[e];  // read ahead and still landing
+                    }
                 }
                 if (!a->hit) {
                     u.ticket = load(layer, u.expert, u.ref);
@@ -457,10 +466,7 @@ void Pager::start_prefetch(size_t li, const ggml_tensor * x) {
     Prefetch p;
     p.li = li + 1;
     p.guessed = predictor_->predict(next.layer, static_cast<const float *>(x->data), x->ne[0]);
-    uint64_t expert_bytes = 0;
-    for (const auto & m : next.matrices) {
-        expert_bytes += m.stride;
-    }
+    const uint64_t expert_bytes = file_bytes_of_expert(next);
     for (uint32_t e : p.guessed) {
         auto a = arena_.acquire({static_cast<uint32_t>(next.layer), e}, next.size_class);
         if (!a) {
@@ -513,10 +519,7 @@ void Pager::start_prefill_readahead(size_t li, const ggml_tensor * x, int64_t k)
     }
     // At most half of the next layer's size class, so a small arena is not flushed by guesses.
     const size_t cap = plan_.pools[next.size_class].n_slots / 2;
-    uint64_t expert_bytes = 0;
-    for (const auto & m : next.matrices) {
-        expert_bytes += m.stride;
-    }
+    const uint64_t expert_bytes = file_bytes_of_expert(next);
     Prefetch p;
     p.prefill = true;
     p.li = li + 1;
