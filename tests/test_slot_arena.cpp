@@ -167,39 +167,49 @@ TEST(SlotArena, LfuKeepsAFrequentExpertThatLruEvicts) {
     EXPECT_FALSE(lfu.find({0, 2}));
 }
 
-TEST(SlotArena, LfuCountsSurviveEvictionAndTiesGoLeastRecentlyUsed) {
-    // Two slots. A A (A=2), B B B (B=3), then C C C: C's first use evicts A (2 < 3); C=3.
-    // A comes back: its count goes on from 2 to 3 and it takes B's slot (B and C tie at 3, B
-    // is less recently used). D: C (3, older) and A (3) tie, so C goes and A stays. Had A's
-    // count restarted at 1 after its eviction, D would have evicted A.
-    SlotArena a({{100, 2}}, EvictionPolicy::lfu);
-    for (uint32_t e : {1, 1, 2, 2, 2, 3, 3, 3, 1, 4}) {
+TEST(SlotArena, LfuCountsSurviveEvictionAndEqualCountsGoLeastRecentlyUsed) {
+    // Two slots, counts that barely decay in this run. A A A (A=3), B B (B=2), C evicts B
+    // (2 < 3). B comes back and evicts C (1): its count goes on from 2 to 3. D: A and B both
+    // count 3, but B's uses are more recent (decay leaves them a little more), so A goes. Had
+    // B's count restarted at 1 after its eviction, D would have evicted B.
+    SlotArena a({{100, 2}}, EvictionPolicy::lfu, 1e9);
+    for (uint32_t e : {1, 1, 1, 2, 2, 3, 2, 4}) {
         use(a, e);
     }
-    EXPECT_TRUE(a.find({0, 1}));
+    EXPECT_TRUE(a.find({0, 2}));
     EXPECT_TRUE(a.find({0, 4}));
-    EXPECT_FALSE(a.find({0, 2}));
+    EXPECT_FALSE(a.find({0, 1}));
     EXPECT_FALSE(a.find({0, 3}));
-    EXPECT_EQ(a.counters().misses, 5u);  // A B C A D
-    EXPECT_EQ(a.counters().hits, 5u);
+    EXPECT_EQ(a.counters().misses, 5u);  // A B C B D
+    EXPECT_EQ(a.counters().hits, 3u);
 }
 
-TEST(SlotArena, LfuCountsHalveSoOldPopularityFades) {
-    // Two slots: counts halve every 8 x 2 = 16 acquires. A x10 then B x6: at the 16th acquire
-    // A=10 -> 5 and B=6 -> 3. B x3 more: B=6. C now evicts A (5 < 6). Without the halving A
-    // would have 10 against B's 9, and C would evict B.
-    SlotArena a({{100, 2}}, EvictionPolicy::lfu);
-    for (int i = 0; i < 10; ++i) {
-        use(a, 1);
-    }
-    for (int i = 0; i < 9; ++i) {
-        use(a, 2);
-    }
-    use(a, 3);
-    EXPECT_FALSE(a.find({0, 1})) << "A's old count did not fade";
-    EXPECT_TRUE(a.find({0, 2}));
-    EXPECT_EQ(a.counters().misses, 3u);
-    EXPECT_EQ(a.counters().hits, 17u);
+TEST(SlotArena, LfuCountsDecaySoOldPopularityFades) {
+    // Two slots, a half-life of 4 acquires. A x10 (acquires 1-10), then B x9 (11-19), then C
+    // (20). At C, A's count has decayed to sum(2^(-d/4), d = 10..19) ~ 0.9 and B's to
+    // sum(2^(-d/4), d = 1..9) ~ 4.2, so C evicts A. Without decay (a half-life far beyond the
+    // run) A's 10 beats B's 9 and C evicts B.
+    auto run = [](double half_life) {
+        SlotArena a({{100, 2}}, EvictionPolicy::lfu, half_life);
+        for (int i = 0; i < 10; ++i) {
+            use(a, 1);
+        }
+        for (int i = 0; i < 9; ++i) {
+            use(a, 2);
+        }
+        use(a, 3);
+        EXPECT_EQ(a.counters().misses, 3u);
+        EXPECT_EQ(a.counters().hits, 17u);
+        return a.find({0, 1}).has_value();
+    };
+    EXPECT_FALSE(run(4)) << "A's old count did not fade";
+    EXPECT_TRUE(run(1e9)) << "without decay the more frequent A should stay";
+}
+
+TEST(SlotArena, LfuHalfLifeIsCountedInDecodeTokens) {
+    // A decode token acquires k experts in each MoE layer.
+    EXPECT_DOUBLE_EQ(lfu_half_life_acquires(48, 8), kLfuHalfLifeTokens * 48 * 8);
+    EXPECT_DOUBLE_EQ(lfu_half_life_acquires(0, 8), kLfuHalfLifeTokens);
 }
 
 TEST(SlotArena, BeladyOnTheTextbookSequenceMissesNineTimes) {

@@ -4,6 +4,8 @@
 #include "util/error.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 namespace epq {
 
@@ -117,7 +119,11 @@ const char * policy_name(EvictionPolicy p) {
     return "?";
 }
 
-SlotArena::SlotArena(std::vector<PoolSpec> pools, EvictionPolicy policy)
+double lfu_half_life_acquires(uint64_t moe_layers, uint32_t k) {
+    return kLfuHalfLifeTokens * static_cast<double>(std::max<uint64_t>(1, moe_layers * k));
+}
+
+SlotArena::SlotArena(std::vector<PoolSpec> pools, EvictionPolicy policy, double lfu_half_life)
     : specs_(std::move(pools)), pools_(specs_.size()), policy_(policy) {
     uint64_t total = 0;
     for (size_t p = 0; p < specs_.size(); ++p) {
@@ -130,7 +136,7 @@ SlotArena::SlotArena(std::vector<PoolSpec> pools, EvictionPolicy policy)
         }
         total += specs_[p].n_slots;
     }
-    age_every_ = std::max<uint64_t>(1, 8 * total);
+    half_life_ = lfu_half_life > 0 ? lfu_half_life : static_cast<double>(std::max<uint64_t>(1, 8 * total));
 }
 
 void SlotArena::set_next_use(NextUse oracle) {
@@ -141,41 +147,31 @@ void SlotArena::set_next_use(NextUse oracle) {
     rerank();
 }
 
-uint32_t SlotArena::uses_of(const ExpertKey & key) {
-    auto it = uses_.find(key);
-    if (it == uses_.end()) {
-        return 0;
-    }
-    // Bring the count up to date with the halvings it missed.
-    Uses & u = it->second;
-    const uint32_t missed = epoch_ - u.epoch;
-    u.count = missed >= 32 ? 0 : u.count >> missed;
-    u.epoch = epoch_;
-    return u.count;
-}
-
 void SlotArena::count_use(const ExpertKey & key) {
-    const uint32_t now = uses_of(key);
-    Uses & u = uses_[key];
-    u.count = now == UINT32_MAX ? now : now + 1;
-    u.epoch = epoch_;
-    if (++acquires_ % age_every_ == 0) {
-        ++epoch_;
-        rerank();
-    }
+    const double now = static_cast<double>(++acquires_) / half_life_;
+    auto it = uses_.find(key);
+    // The count decayed to now, plus this use.
+    const double count = (it == uses_.end() ? 0.0 : std::exp2(it->second - now)) + 1.0;
+    uses_[key] = std::log2(count) + now;
 }
 
 uint64_t SlotArena::primary_rank(const ExpertKey & key) {
     switch (policy_) {
         case EvictionPolicy::lru: return 0;
-        case EvictionPolicy::lfu: return uses_of(key);
+        case EvictionPolicy::lfu: {
+            auto it = uses_.find(key);
+            const UseScore score = it == uses_.end() ? 0.0 : it->second;
+            uint64_t bits = 0;
+            std::memcpy(&bits, &score, sizeof bits);
+            return bits;
+        }
         case EvictionPolicy::belady: return UINT64_MAX - next_use_(key);
     }
     return 0;
 }
 
 void SlotArena::rerank() {
-    if (policy_ == EvictionPolicy::lru) {
+    if (policy_ != EvictionPolicy::belady) {
         return;
     }
     for (auto & pool : pools_) {

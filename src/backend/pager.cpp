@@ -53,7 +53,7 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
     : path_(model_path),
       layout_(SlotLayout::build(index)),
       plan_(make_plan(layout_, index, opts.arena_bytes)),
-      arena_(plan_.pools, opts.policy),
+      arena_(plan_.pools, opts.policy, lfu_half_life_acquires(layout_.layers.size(), index.n_expert_used)),
       repack_(opts.repack, layout_),
       reader_(model_path),
       reads_(reader_, opts.read_threads),
@@ -92,6 +92,7 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
     if (!opts.trace_path.empty()) {
         TraceHeader h;
         h.model = model_path.substr(model_path.find_last_of('/') + 1);
+        h.arch = index.arch;
         h.n_expert = index.n_expert;
         h.n_expert_used = index.n_expert_used;
         for (size_t c = 0; c < layout_.class_bytes.size(); ++c) {

@@ -121,7 +121,7 @@ SimResult simulate(const Trace & t, uint64_t arena_bytes, EvictionPolicy p) {
     const std::vector<uint32_t> layer_idx = layer_indices(h);
     const Replay r = flatten(t, layer_idx);
 
-    SlotArena arena(plan.pools, p);
+    SlotArena arena(plan.pools, p, lfu_half_life_acquires(h.layers.size(), h.n_expert_used));
     // Where each key is used next, as of its latest use: exactly "the next use after now" for
     // every key not in use, which is all the oracle is asked about.
     std::vector<uint64_t> next_of(h.layers.size() * size_t{h.n_expert}, UINT64_MAX);
