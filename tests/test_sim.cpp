@@ -419,20 +419,25 @@ TEST(Simulate, AllRunsEveryPolicyForEverySize) {
 }
 
 TEST(SimReport, ArenaSizesParseAndBadOnesAreNamed) {
-    EXPECT_EQ(parse_arena_sizes("2G, 4G,6GiB"), (std::vector<uint64_t>{2ull << 30, 4ull << 30, 6ull << 30}));
-    EXPECT_EQ(parse_arena_sizes("512M"), (std::vector<uint64_t>{512ull << 20}));
-    for (const std::string bad : {"", "2G,,4G", "4Q", "2G,x"}) {
+    const TraceHeader h = header(8, 2, {{100, 40}, {300, 20}}, {{0, 0}});  // 10000 B of experts, minimum 600
+    EXPECT_EQ(resolve_arena_sizes(h, parse_arena_sizes("2G, 4G,6GiB")),
+              (std::vector<uint64_t>{2ull << 30, 4ull << 30, 6ull << 30}));
+    EXPECT_EQ(resolve_arena_sizes(h, parse_arena_sizes("512M")), (std::vector<uint64_t>{512ull << 20}));
+    // Shares of the expert bytes, raised to the minimum; a duplicate is dropped.
+    EXPECT_EQ(resolve_arena_sizes(h, parse_arena_sizes("12%,1%,6%,2500")), (std::vector<uint64_t>{1200, 600, 2500}));
+    EXPECT_EQ(resolve_arena_sizes(h, parse_arena_sizes("12.5%")), (std::vector<uint64_t>{1250}));
+    for (const std::string bad : {"", "2G,,4G", "4Q", "2G,x", "%", "0%", "101%", "x%", "-5%"}) {
         const std::string msg = error_of([&] { parse_arena_sizes(bad); });
         EXPECT_NE(msg.find("--arena"), std::string::npos) << bad << ": " << msg;
     }
     EXPECT_NE(error_of([] { parse_arena_sizes("2G,4Q"); }).find("'4Q'"), std::string::npos);
 }
 
-TEST(SimReport, DefaultSizesAreQuartersOfTheExpertBytesAtLeastTheMinimum) {
-    // 100 x 40 + 300 x 20 = 10000 B of experts.
+TEST(SimReport, DefaultSizesRunFromTheMinimumToThreeQuartersOfTheExpertBytes) {
+    // 100 x 40 + 300 x 20 = 10000 B of experts, minimum 2 x 300: 5% (500) becomes the minimum.
     EXPECT_EQ(default_arena_sizes(header(8, 2, {{100, 40}, {300, 20}}, {{0, 0}})),
-              (std::vector<uint64_t>{2500, 5000, 7500}));
-    // 4000 B of experts, minimum 2 x 1000: 1000 and 2000 both become 2000.
+              (std::vector<uint64_t>{600, 1200, 2500, 5000, 7500}));
+    // 4000 B of experts, minimum 2 x 1000: 5%, 12% and 25% all become 2000.
     EXPECT_EQ(default_arena_sizes(header(8, 2, {{1000, 4}}, {{0, 0}})), (std::vector<uint64_t>{2000, 3000}));
 }
 

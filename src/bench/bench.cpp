@@ -147,42 +147,6 @@ struct CapResult {
     double floor_bw = 0;  // their median: the roofline's bandwidth
 };
 
-// This run's decode routing beside the published figures for the real model of its
-// architecture: per-layer caches of a share of each layer's experts (LRU and Belady hit rates,
-// warm) and reuse by the next token. A reader can judge how far the synthetic weights route
-// like the real ones - the hit rates the benchmark's arena sees depend on it.
-std::string routing_table(const Trace & t, const std::string & arch, nlohmann::json & j) {
-    const PublishedRouting pub = published_routing(arch);
-    const RoutingStats s = routing_stats(t, {0.125, 0.25, 0.375, 0.5});
-    std::string out = "routing of the epq run's decode (" + std::to_string(s.counted) + " tokens after " +
-                      std::to_string(s.decode_tokens - s.counted) + " of warm-up), per-layer caches; published: " +
-                      (pub.model.empty() ? std::string("none known for ") + arch : pub.model + ", decode") + "\n";
-    char line[256];
-    std::snprintf(line, sizeof line, "%-22s %12s %12s %16s %16s\n", "share cached per layer", "LRU hit", "Belady hit",
-                  "published LRU", "published Belady");
-    out += line;
-    j = {{"decode_tokens", s.decode_tokens}, {"counted", s.counted},         {"reuse", s.reuse},
-         {"published_model", pub.model},     {"published_reuse", pub.reuse}, {"shares", nlohmann::json::array()}};
-    for (const ShareHits & h : s.shares) {
-        const ShareHits * p = nullptr;
-        for (const ShareHits & q : pub.shares) {
-            p = std::fabs(q.share - h.share) < 1e-9 ? &q : p;
-        }
-        std::snprintf(line, sizeof line, "%-22s %11.1f%% %11.1f%% %16s %16s\n", fmt("%.1f%%", 100 * h.share).c_str(),
-                      100 * h.lru, 100 * h.belady, p ? fmt("%.0f%%", 100 * p->lru).c_str() : "-",
-                      p ? fmt("%.0f%%", 100 * p->belady).c_str() : "-");
-        out += line;
-        j["shares"].push_back({{"share", h.share},
-                               {"lru", h.lru},
-                               {"belady", h.belady},
-                               {"published_lru", p ? p->lru : 0.0},
-                               {"published_belady", p ? p->belady : 0.0}});
-    }
-    out += fmt("reuse by the next token: %.1f%%", 100 * s.reuse) +
-           (pub.model.empty() ? std::string("\n") : fmt(" (published %.0f%%)\n", 100 * pub.reuse));
-    return out;
-}
-
 }  // namespace
 
 double median(std::vector<double> v) {
@@ -410,7 +374,7 @@ int run_bench(const BenchOptions & o) {
     }
     nlohmann::json routing;
     if (traced) {
-        out += routing_table(read_trace(trace_path), idx.arch, routing);
+        out += routing_report(read_trace(trace_path), idx.arch, routing);
     }
     std::fputs(out.c_str(), stdout);
 

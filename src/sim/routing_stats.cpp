@@ -1,6 +1,7 @@
 #include "sim/routing_stats.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <list>
 #include <map>
@@ -145,6 +146,55 @@ PublishedRouting published_routing(const std::string & arch) {
         return {"OLMoE-1B-7B", {{0.25, 0.61, 0.79}, {0.5, 0.83, 0.93}}, 0.43};
     }
     return {};
+}
+
+namespace {
+
+std::string fmt(const char * f, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, f, v);
+    return buf;
+}
+
+}  // namespace
+
+// This run's decode routing beside the published figures for the real model of its
+// architecture: per-layer caches of a share of each layer's experts (LRU and Belady hit rates,
+// warm) and reuse by the next token. A reader can judge how far the synthetic weights route
+// like the real ones - the hit rates the benchmark's arena sees depend on it.
+std::string routing_report(const Trace & t, const std::string & arch, nlohmann::json & j) {
+    const PublishedRouting pub = published_routing(arch);
+    const RoutingStats s = routing_stats(t, {0.125, 0.25, 0.375, 0.5});
+    std::string out = "routing of the decode (" + std::to_string(s.counted) + " tokens after " +
+                      std::to_string(s.decode_tokens - s.counted) + " of warm-up), per-layer caches; published: " +
+                      (!pub.model.empty() ? pub.model + ", decode"
+                       : arch.empty()     ? std::string("none (the trace does not name its architecture)")
+                                          : "none known for " + arch) +
+                      "\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "%-22s %12s %12s %16s %16s\n", "share cached per layer", "LRU hit", "Belady hit",
+                  "published LRU", "published Belady");
+    out += line;
+    j = {{"decode_tokens", s.decode_tokens}, {"counted", s.counted},         {"reuse", s.reuse},
+         {"published_model", pub.model},     {"published_reuse", pub.reuse}, {"shares", nlohmann::json::array()}};
+    for (const ShareHits & h : s.shares) {
+        const ShareHits * p = nullptr;
+        for (const ShareHits & q : pub.shares) {
+            p = std::fabs(q.share - h.share) < 1e-9 ? &q : p;
+        }
+        std::snprintf(line, sizeof line, "%-22s %11.1f%% %11.1f%% %16s %16s\n", fmt("%.1f%%", 100 * h.share).c_str(),
+                      100 * h.lru, 100 * h.belady, p ? fmt("%.0f%%", 100 * p->lru).c_str() : "-",
+                      p ? fmt("%.0f%%", 100 * p->belady).c_str() : "-");
+        out += line;
+        j["shares"].push_back({{"share", h.share},
+                               {"lru", h.lru},
+                               {"belady", h.belady},
+                               {"published_lru", p ? p->lru : 0.0},
+                               {"published_belady", p ? p->belady : 0.0}});
+    }
+    out += fmt("reuse by the next token: %.1f%%", 100 * s.reuse) +
+           (pub.model.empty() ? std::string("\n") : fmt(" (published %.0f%%)\n", 100 * pub.reuse));
+    return out;
 }
 
 }  // namespace epq

@@ -6,6 +6,8 @@
 
 #include "sim/trace.h"
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,5 +38,11 @@ struct PublishedRouting {
     double reuse = 0;
 };
 PublishedRouting published_routing(const std::string & arch);
+
+// The trace's decode routing beside the published figures for the real model of `arch`, as a
+// table (per-layer caches of 12.5-50% of each layer's experts, LRU and Belady hit rates once
+// warm, reuse by the next token) and as JSON in `j`. A reader can judge how far synthetic
+// weights route like the real ones: the hit rates an arena sees depend on it.
+std::string routing_report(const Trace & t, const std::string & arch, nlohmann::json & j);
 
 }  // namespace epq

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 namespace epq {
 
@@ -46,18 +47,30 @@ std::string center(const std::string & text, size_t width) {
 
 }  // namespace
 
-std::vector<uint64_t> parse_arena_sizes(const std::string & text) {
-    std::vector<uint64_t> sizes;
+std::vector<ArenaSizeArg> parse_arena_sizes(const std::string & text) {
+    std::vector<ArenaSizeArg> sizes;
     size_t pos = 0;
     while (true) {
         const size_t comma = text.find(',', pos);
         const std::string item = trim(text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-        const auto bytes = parse_byte_size(item);
-        if (!bytes) {
-            throw Error("--arena: '" + item +
-                        "' is not a byte size; give sizes like 4G, 512M or 6GiB, separated by commas");
+        ArenaSizeArg arg;
+        if (!item.empty() && item.back() == '%') {
+            char * end = nullptr;
+            const std::string number = item.substr(0, item.size() - 1);
+            arg.share = std::strtod(number.c_str(), &end) / 100.0;
+            if (number.empty() || end != number.c_str() + number.size() || !(arg.share > 0) || arg.share > 1) {
+                throw Error("--arena: '" + item + "' is not a share of the expert bytes between 0% and 100%");
+            }
+        } else {
+            const auto bytes = parse_byte_size(item);
+            if (!bytes) {
+                throw Error("--arena: '" + item +
+                            "' is not a byte size; give sizes like 4G, 512M or 6GiB, or shares of the model's "
+                            "expert bytes like 12%, separated by commas");
+            }
+            arg.bytes = *bytes;
         }
-        sizes.push_back(*bytes);
+        sizes.push_back(arg);
         if (comma == std::string::npos) {
             return sizes;
         }
@@ -65,21 +78,47 @@ std::vector<uint64_t> parse_arena_sizes(const std::string & text) {
     }
 }
 
-std::vector<uint64_t> default_arena_sizes(const TraceHeader & h) {
-    uint64_t total = 0, largest = 0;
+namespace {
+
+uint64_t expert_bytes(const TraceHeader & h) {
+    uint64_t total = 0;
     for (const auto & c : h.classes) {
         total += c.slot_bytes * c.total_experts;
+    }
+    return total;
+}
+
+uint64_t min_arena_bytes(const TraceHeader & h) {
+    uint64_t largest = 0;
+    for (const auto & c : h.classes) {
         largest = std::max(largest, c.slot_bytes);
     }
-    const uint64_t min_bytes = largest * h.n_expert_used;
+    return largest * h.n_expert_used;
+}
+
+}  // namespace
+
+std::vector<uint64_t> resolve_arena_sizes(const TraceHeader & h, const std::vector<ArenaSizeArg> & args) {
+    const uint64_t total = expert_bytes(h), min_bytes = min_arena_bytes(h);
     std::vector<uint64_t> sizes;
-    for (uint64_t quarters : {1, 2, 3}) {
-        const uint64_t s = std::max(min_bytes, total / 4 * quarters);
+    for (const ArenaSizeArg & a : args) {
+        uint64_t s = a.bytes;
+        if (a.share > 0) {
+            s = std::max(min_bytes, static_cast<uint64_t>(a.share * static_cast<double>(total)));
+        }
         if (std::find(sizes.begin(), sizes.end(), s) == sizes.end()) {
             sizes.push_back(s);
         }
     }
     return sizes;
+}
+
+std::vector<uint64_t> default_arena_sizes(const TraceHeader & h) {
+    std::vector<ArenaSizeArg> args{{min_arena_bytes(h), 0}};
+    for (double share : {0.05, 0.12, 0.25, 0.50, 0.75}) {
+        args.push_back({0, share});
+    }
+    return resolve_arena_sizes(h, args);
 }
 
 std::string sim_table(const TraceHeader & h, uint64_t steps, const std::vector<SimResult> & results) {
@@ -93,11 +132,12 @@ std::string sim_table(const TraceHeader & h, uint64_t steps, const std::vector<S
                       std::to_string(results.empty() ? 0 : results.front().accesses) +
                       " expert uses (distinct experts per step and layer)\n";
     char line[256];
-    std::snprintf(line, sizeof line, "%12s  %-23s  %-21s  %s\n", "", center("hit rate", 23).c_str(),
+    const double experts = static_cast<double>(expert_bytes(h));
+    std::snprintf(line, sizeof line, "%12s %8s  %-23s  %-21s  %s\n", "", "", center("hit rate", 23).c_str(),
                   center("hit rate vs belady", 21).c_str(), center("GiB missed per step", 27).c_str());
     out += line;
-    std::snprintf(line, sizeof line, "%12s  %7s %7s %7s  %10s %10s  %8s %8s %9s\n", "arena", "lru", "lfu", "belady",
-                  "lru", "lfu", "lru", "lfu", "belady");
+    std::snprintf(line, sizeof line, "%12s %8s  %7s %7s %7s  %10s %10s  %8s %8s %9s\n", "arena", "experts", "lru",
+                  "lfu", "belady", "lru", "lfu", "lru", "lfu", "belady");
     out += line;
     for (uint64_t bytes : sizes) {
         const SimResult * lru = find_result(results, bytes, "lru");
@@ -108,7 +148,8 @@ std::string sim_table(const TraceHeader & h, uint64_t steps, const std::vector<S
             return r && opt && opt->hit_rate > 0 ? format("%.2fx", r->hit_rate / opt->hit_rate) : std::string("-");
         };
         auto gib = [&](const SimResult * r) { return r ? format("%.3f", gib_per_step(*r, steps)) : std::string("-"); };
-        std::snprintf(line, sizeof line, "%12s  %7s %7s %7s  %10s %10s  %8s %8s %9s\n", format_bytes(bytes).c_str(),
+        std::snprintf(line, sizeof line, "%12s %8s  %7s %7s %7s  %10s %10s  %8s %8s %9s\n", format_bytes(bytes).c_str(),
+                      format("%.1f%%", experts > 0 ? 100.0 * static_cast<double>(bytes) / experts : 0.0).c_str(),
                       rate(lru).c_str(), rate(lfu).c_str(), rate(opt).c_str(), ratio(lru).c_str(), ratio(lfu).c_str(),
                       gib(lru).c_str(), gib(lfu).c_str(), gib(opt).c_str());
         out += line;

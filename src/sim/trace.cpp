@@ -32,6 +32,9 @@ void append_number(std::string & out, int32_t v) {
 nlohmann::ordered_json header_json(const TraceHeader & h) {
     nlohmann::ordered_json j;
     j["model"] = h.model;
+    if (!h.arch.empty()) {
+        j["arch"] = h.arch;
+    }
     j["n_expert"] = h.n_expert;
     j["n_expert_used"] = h.n_expert_used;
     j["classes"] = nlohmann::ordered_json::array();
@@ -56,6 +59,7 @@ TraceHeader parse_header(const std::string & line, const std::string & where) {
     TraceHeader h;
     try {
         h.model = j.at("model").get<std::string>();
+        h.arch = j.value("arch", std::string());
         h.n_expert = j.at("n_expert").get<uint32_t>();
         h.n_expert_used = j.at("n_expert_used").get<uint32_t>();
         for (const auto & c : j.at("classes")) {

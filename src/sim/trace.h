@@ -21,6 +21,7 @@ namespace epq {
 
 struct TraceHeader {
     std::string model;  // the model's file name, for people
+    std::string arch;   // general.architecture; empty in traces recorded before it was written
     uint32_t n_expert = 0;
     uint32_t n_expert_used = 0;
     std::vector<SizeClassDemand> classes;               // ascending slot_bytes, as the pager plans them

@@ -1,6 +1,7 @@
 #include "commands.h"
 
 #include "sim/cache_sim.h"
+#include "sim/routing_stats.h"
 #include "sim/sim_report.h"
 #include "sim/trace.h"
 #include "util/error.h"
@@ -17,19 +18,22 @@ struct SimulateOpts {
     std::string trace, arena, json;
 };
 
-int run_simulate(const SimulateOpts & o, std::vector<uint64_t> sizes, std::ofstream & json_out) {
+int run_simulate(const SimulateOpts & o, const std::vector<ArenaSizeArg> & args, std::ofstream & json_out) {
     const Trace t = read_trace(o.trace);
     if (t.records.empty()) {
         throw Error("the trace '" + o.trace + "' has no records; record a run that generates tokens");
     }
-    if (sizes.empty()) {
-        sizes = default_arena_sizes(t.header);
-    }
+    const std::vector<uint64_t> sizes =
+        args.empty() ? default_arena_sizes(t.header) : resolve_arena_sizes(t.header, args);
     const std::vector<SimResult> results = simulate_all(t, sizes);
     const uint64_t steps = count_steps(t);
     std::cout << sim_table(t.header, steps, results);
+    nlohmann::json routing;
+    std::cout << "\n" << routing_report(t, t.header.arch, routing);
     if (json_out.is_open()) {
-        json_out << sim_json(t.header, steps, results).dump(2) << "\n";
+        nlohmann::json j = sim_json(t.header, steps, results);
+        j["routing"] = routing;
+        json_out << j.dump(2) << "\n";
         json_out.close();
         if (!json_out) {
             throw Error("cannot write '" + o.json + "'; check that its directory exists and is writable");
@@ -48,13 +52,13 @@ Handler add_simulate(CLI::App & app) {
         ->type_name("TRACE")
         ->required();
     sub->add_option("--arena", o->arena,
-                    "arena sizes, comma-separated, e.g. 2G,4G,6GiB (default: 25%, 50% and 75% of the model's "
-                    "expert bytes)")
+                    "arena sizes, comma-separated: bytes (2G, 6GiB) or shares of the model's expert bytes "
+                    "(12%) (default: the minimum, 5%, 12%, 25%, 50% and 75%)")
         ->type_name("SIZES");
     sub->add_option("--json", o->json, "also write the results as JSON to this file")->type_name("FILE");
     return [o]() {
         // Sizes first: a typo should not wait for a large trace to load.
-        std::vector<uint64_t> sizes;
+        std::vector<ArenaSizeArg> sizes;
         if (!o->arena.empty()) {
             sizes = parse_arena_sizes(o->arena);
         }
