@@ -133,6 +133,53 @@ TEST(Synth, PooledQuantizedWeightsHaveTheRequestedMagnitude) {
     EXPECT_NEAR(sd, 0.05, 0.01);
 }
 
+TEST(Synth, FlatRoutingScalesOnlyWhatWritesTheResidualStream) {
+    // The flat profile draws the matrices that add a layer's output to the residual stream at
+    // 1/20 of their usual spread and leaves every other tensor as the realistic profile has it.
+    for (const char * preset : {"tiny-qwen3moe", "tiny-qwen35moe"}) {
+        SynthConfig realistic = make_preset(preset);
+        SynthConfig flat = realistic;
+        flat.routing = RoutingProfile::flat;
+        const ModelLayout a = build_layout(realistic, 1000), b = build_layout(flat, 1000);
+        ASSERT_EQ(a.tensors.size(), b.tensors.size());
+        size_t scaled = 0;
+        for (size_t i = 0; i < a.tensors.size(); ++i) {
+            const TensorSpec & x = a.tensors[i];
+            const TensorSpec & y = b.tensors[i];
+            ASSERT_EQ(x.name, y.name);
+            EXPECT_EQ(x.type, y.type) << x.name;
+            const bool writer = x.name.find("attn_output") != std::string::npos ||
+                                x.name.find("ssm_out") != std::string::npos ||
+                                x.name.find("ffn_down") != std::string::npos;
+            if (writer) {
+                EXPECT_FLOAT_EQ(y.dist.stddev, 0.05f * x.dist.stddev) << preset << " " << x.name;
+                ++scaled;
+            } else {
+                EXPECT_FLOAT_EQ(y.dist.stddev, x.dist.stddev) << preset << " " << x.name;
+            }
+        }
+        // Every layer writes at least its mixer's and its FFN's output.
+        EXPECT_GE(scaled, 2u * realistic.shape.n_layer) << preset;
+    }
+    // The 35B preset's realistic routing comes from an offset shared by every token embedding;
+    // the flat profile drops it.
+    SynthConfig q35 = make_preset("qwen35moe-35b-a3b");
+    auto embd_mean = [](const SynthConfig & cfg) {
+        for (const TensorSpec & t : build_layout(cfg, 1000).tensors) {
+            if (t.name == "token_embd.weight") {
+                return t.dist.mean;
+            }
+        }
+        return -1.0f;
+    };
+    EXPECT_GT(embd_mean(q35), 1.0f);
+    q35.routing = RoutingProfile::flat;
+    EXPECT_EQ(embd_mean(q35), 0.0f);
+    EXPECT_EQ(embd_mean(make_preset("tiny-qwen35moe")), 0.0f);
+    EXPECT_EQ(parse_routing_profile("flat"), RoutingProfile::flat);
+    EXPECT_THROW(parse_routing_profile("zipf"), Error);
+}
+
 TEST(Synth, RejectsImpossibleShapes) {
     SynthConfig cfg = tiny("qwen3moe", "q4_k");
     cfg.shape.n_ff_exp = 200;  // the Q4_K the user chose needs rows of whole 256-blocks

@@ -5,6 +5,7 @@
 #include "gguf.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace epq {
 
@@ -29,6 +30,9 @@ public:
 
     // A tensor whose type is chosen by --type `kind` (or its llama-quantize fallback).
     void add(const std::string & name, std::vector<int64_t> ne, const std::string & kind, ValueDist dist) {
+        if (cfg_.routing == RoutingProfile::flat && writes_residual(name)) {
+            dist.stddev *= kFlatResidualScale;
+        }
         const ggml_type type = cfg_.quant.for_row(kind, ne[0]);
         out_.tensors.push_back(TensorSpec{name, std::move(ne), type, dist, kind});
     }
@@ -38,6 +42,21 @@ public:
     }
     void matmul(const std::string & name, int64_t n_in, int64_t n_out, const std::string & kind) {
         add(name, {n_in, n_out}, kind, projection(n_in));
+    }
+
+    // The flat routing profile: the matrices that add a layer's output to the residual stream
+    // write 1/20 of their usual magnitude, so the stream stays mostly the token's own embedding
+    // and routers see little of the context (measured: next-token reuse near top-k / n_expert).
+    static constexpr float kFlatResidualScale = 0.05f;
+    static bool writes_residual(const std::string & name) {
+        for (const char * out : {".attn_output.weight", ".ssm_out.weight", ".ffn_down_exps.weight",
+                                 ".ffn_down_shexp.weight", ".ffn_down.weight"}) {
+            const size_t n = std::strlen(out);
+            if (name.size() >= n && name.compare(name.size() - n, n, out) == 0) {
+                return true;
+            }
+        }
+        return false;
     }
 
     static std::string blk(uint32_t il, const std::string & rest) { return "blk." + std::to_string(il) + "." + rest; }
@@ -81,7 +100,8 @@ public:
     }
 
     void embeddings(int64_t n_vocab) {
-        add("token_embd.weight", {cfg_.shape.n_embd, n_vocab}, "token_embd", ValueDist{0.0f, 1.0f});
+        const float offset = cfg_.routing == RoutingProfile::realistic ? cfg_.embd_offset : 0.0f;
+        add("token_embd.weight", {cfg_.shape.n_embd, n_vocab}, "token_embd", ValueDist{offset, 1.0f});
     }
     void head(int64_t n_vocab) {
         add_f32("output_norm.weight", {cfg_.shape.n_embd}, near_one());

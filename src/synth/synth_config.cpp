@@ -150,7 +150,13 @@ const std::vector<Preset> & presets() {
              s.n_ff_shexp = 512;
              s.n_head = 16, s.n_head_kv = 2, s.head_dim = 256, s.n_ctx_train = 262144;
              s.ssm_head_k_dim = 128, s.ssm_n_k_heads = 16, s.ssm_n_v_heads = 32, s.ssm_head_v_dim = 128;
-             return with(s, "qwen35moe-35b-a3b", "qwen35");
+             SynthConfig c = with(s, "qwen35moe-35b-a3b", "qwen35");
+             // Without it this shape routes flat (next-token reuse 3.5%, chance 3.1%). 1.75 gives
+             // per-layer LRU / Belady hit rates of 63% / 82% at 12.5% of each layer's experts
+             // cached, 85% / 93% at 25%, 92% / 95% at 37.5% over 175 decode tokens: within three
+             // points of Qwen3-30B-A3B's published 65/80, 83/92, 92/97 (reuse 23% against 45%).
+             c.embd_offset = 1.75f;
+             return c;
          }},
         {"qwen3moe-30b-a3b",
          "Qwen3-30B-A3B shape (~17 GB mixed): 48 layers, n_embd 2048, 128 experts top-8, expert ff 768",
@@ -416,6 +422,16 @@ void validate(const SynthConfig & cfg) {
     if (s.arch == "deepseek2") {
         validate_deepseek2(s);
     }
+}
+
+RoutingProfile parse_routing_profile(const std::string & name) {
+    if (name == "realistic") {
+        return RoutingProfile::realistic;
+    }
+    if (name == "flat") {
+        return RoutingProfile::flat;
+    }
+    throw Error("unknown routing profile '" + name + "'; use realistic or flat");
 }
 
 }  // namespace epq

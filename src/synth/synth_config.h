@@ -77,8 +77,28 @@ struct QuantPlan {
     void choose(const std::string & kind, ggml_type type);
 };
 
+// How the synthetic routers pick experts over a text.
+enum class RoutingProfile {
+    // What random weights give on their own: the hidden state carries context from token to
+    // token, so routing is skewed and reused much as published decode measurements of
+    // Qwen3-30B-A3B and OLMoE report (`epq simulate` prints the comparison).
+    realistic,
+    // The worst case for a cache: every layer writes only faintly into the residual stream, so
+    // each layer's router sees mostly the current token's embedding and picks near-uniformly,
+    // with little reuse from one token to the next (like the flat routing of 256-expert models).
+    flat,
+};
+RoutingProfile parse_routing_profile(const std::string & name);  // throws epq::Error
+
 struct SynthConfig {
     std::string preset;
+    RoutingProfile routing = RoutingProfile::realistic;
+    // Added to every token embedding value: a direction all tokens share, which each router sees
+    // as a fixed preference among its experts, so routing is skewed and reused. For shapes whose
+    // random layers carry too little context from token to token to route realistically on
+    // their own (the hybrid qwen35moe: 3 of 4 layers are linear attention). The flat profile
+    // ignores it.
+    float embd_offset = 0.0f;
     SynthShape shape;
     QuantPlan quant;
     std::string quant_name;

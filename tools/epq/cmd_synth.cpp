@@ -52,7 +52,7 @@ Handler add_synth(CLI::App & app) {
     auto * sub =
         app.add_subcommand("synth", "write a synthetic MoE GGUF (random weights, real shapes, real tokenizer)");
     struct Opts {
-        std::string preset, arch, out, quant;
+        std::string preset, arch, out, quant, routing = "realistic";
         std::vector<std::string> types;
         uint64_t seed = 42;
         uint32_t layers = 0, embd = 0, experts = 0, experts_used = 0, expert_ff = 0, shared_ff = 0;
@@ -86,6 +86,10 @@ Handler add_synth(CLI::App & app) {
                     "KIND=TYPE, repeatable; kinds: token_embd, output, attn, ffn_gate_exps, ffn_up_exps, "
                     "ffn_down_exps, ffn_down_exps_alt (down in the second half of the layers), shexp, ffn (dense "
                     "FFN layers), experts (all four expert kinds)");
+    sub->add_option("--routing", o->routing,
+                    "routing profile over a text: 'realistic' (skew and token-to-token reuse near published decode "
+                    "figures of real MoE models) or 'flat' (near-uniform picks, little reuse: a cache's worst case)")
+        ->capture_default_str();
     sub->add_option("--layers", o->layers, "number of layers");
     sub->add_option("--embd", o->embd, "hidden size (n_embd)");
     sub->add_option("--experts", o->experts, "routed experts per layer");
@@ -114,6 +118,9 @@ Handler add_synth(CLI::App & app) {
 
     return [o]() {
         if (!o->arch.empty()) {
+            if (o->routing != "realistic") {
+                throw Error("--routing applies to --preset models; an --arch fixture is for exactness checks");
+            }
             ArchFixtureOptions fo;
             fo.n_expert = o->experts ? o->experts : fo.n_expert;
             fo.n_expert_used = o->experts_used ? o->experts_used : fo.n_expert_used;
@@ -128,6 +135,7 @@ Handler add_synth(CLI::App & app) {
             throw Error("give --preset NAME (or --arch NAME for an architecture fixture)");
         }
         SynthConfig cfg = make_preset(o->preset);
+        cfg.routing = parse_routing_profile(o->routing);
         if (!o->quant.empty()) {
             cfg.quant = make_quant_preset(o->quant);
             cfg.quant_name = o->quant;
