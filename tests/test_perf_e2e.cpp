@@ -5,6 +5,7 @@
 
 #include "bench/serve_bench.h"
 #include "gguf/expert_index.h"
+#include "sim/routing_stats.h"
 #include "sim/trace.h"
 
 #include <gtest/gtest.h>
@@ -118,6 +119,7 @@ TEST(Trace, RecordsEveryTokenAndLayerAndSimulateReplaysIt) {
                  std::to_string(3 * idx.min_arena_bytes), "--trace", trace, "--stats-json", d + "/trace.json"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const Trace t = read_trace(trace);
+    EXPECT_EQ(t.header.arch, idx.arch);
     EXPECT_EQ(t.header.n_expert, idx.n_expert);
     EXPECT_EQ(t.header.layers.size(), idx.layers.size());
     std::set<uint64_t> steps;
@@ -142,7 +144,37 @@ TEST(Trace, RecordsEveryTokenAndLayerAndSimulateReplaysIt) {
                  std::to_string(3 * idx.min_arena_bytes) + "," + std::to_string(8 * idx.min_arena_bytes)});
     ASSERT_EQ(sim.exit_code, 0) << sim.err;
     EXPECT_NE(sim.out.find("belady"), std::string::npos) << sim.out;
+    EXPECT_NE(sim.out.find("reuse by the next token"), std::string::npos) << sim.out;
     EXPECT_EQ(run_epq({"simulate", d + "/missing.trace"}).exit_code, 1);
+    // Shares of the expert bytes; the defaults start at the minimum arena.
+    const CommandResult shares = run_epq({"simulate", trace, "--arena", "50%"});
+    ASSERT_EQ(shares.exit_code, 0) << shares.err;
+    EXPECT_NE(shares.out.find("50.0%"), std::string::npos) << shares.out;
+    EXPECT_EQ(run_epq({"simulate", trace, "--arena", "150%"}).exit_code, 1);
+}
+
+TEST(SynthRouting, FlatProfileReusesExpertsOnlyByChance) {
+    // The same text through a model synthesized with each routing profile: the realistic one
+    // reuses a good share of the previous token's experts, the flat one about what independent
+    // uniform picks would (top-k / n_expert = 4 / 64). Measured: 16.4% and 7.1%.
+    const std::string d = temp_dir();
+    auto reuse = [&](RoutingProfile profile, const std::string & name) {
+        SynthConfig cfg = tiny("qwen3moe");
+        cfg.shape.n_expert = 64;
+        cfg.shape.n_layer = 8;  // context builds up over layers; 4 show little of it
+        cfg.routing = profile;
+        const std::string model = synth_model(name, cfg);
+        const std::string trace = d + "/" + name + ".trace";
+        const CommandResult r = run_epq(
+            {"run", "-m", model, "--replay", kText, "--replay-prompt", "8", "-n", "96", "-t", "2", "--trace", trace});
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return routing_stats(read_trace(trace), {0.25}).reuse;
+    };
+    const double realistic = reuse(RoutingProfile::realistic, "routing-realistic");
+    const double flat = reuse(RoutingProfile::flat, "routing-flat");
+    const double chance = 4.0 / 64.0;
+    EXPECT_GT(realistic, 2 * chance) << "flat " << flat;
+    EXPECT_LT(flat, 1.5 * chance) << "realistic " << realistic;
 }
 
 TEST(Replay, BadUseIsAClearError) {
@@ -197,6 +229,10 @@ TEST(Bench, ReportsEveryFigureAsJsonAndAPlot) {
     EXPECT_GT(c["stock_decode_tps"].get<double>(), 0.0);
     EXPECT_DOUBLE_EQ(c["ratio"].get<double>(), c["epq_decode_tps"].get<double>() / c["stock_decode_tps"].get<double>());
     EXPECT_GT(c["roofline_tps"].get<double>(), 0.0);
+    // Prefill's roofline: uncapped with every expert preloaded, it is that run's own compute.
+    EXPECT_GT(c["prefill_roofline_tps"].get<double>(), 0.0);
+    EXPECT_GT(c["prefill_compute_seconds"].get<double>(), 0.0);
+    EXPECT_NE(r.out.find("prefill of"), std::string::npos) << r.out;
     EXPECT_EQ(c["epq_runs"].size(), 1u);
     EXPECT_EQ(c["stock_runs"].size(), 1u);
     EXPECT_EQ(c["epq_runs"][0]["generated_tokens"], 8);

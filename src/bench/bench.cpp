@@ -125,6 +125,11 @@ struct Child {
         f.decode_missed_bytes = num(s, "decode_missed_expert_bytes");
         f.decode_read_bytes = num(s, "decode_bytes_read");
         f.decode_hit_rate = num(s, "decode_hit_rate");
+        f.prefill_seconds = num(s, "prefill_seconds");
+        f.prefill_read_bytes = num(s, "prefill_bytes_read");
+        if (s.contains("prefill_time")) {
+            f.prefill_wait_seconds = num(s["prefill_time"], "read_wait_seconds");
+        }
         f.arena_bytes = static_cast<uint64_t>(num(s, "arena_bytes"));
         f.storage_read_bytes = static_cast<uint64_t>(num(s, "storage_read_bytes"));
         std::fprintf(stderr, "epq bench:   decode %.2f tok/s, prefill %.2f tok/s\n", f.decode_tps, f.prefill_tps);
@@ -140,6 +145,10 @@ struct CapResult {
     std::string compute_source;
     double missed_per_token = 0, read_per_token = 0, hit_rate = 0;
     double roofline = 0;
+    // Prefill: prompt tokens / max(prefill compute with every expert resident, expert bytes the
+    // prefill read / read bandwidth).
+    double prefill_compute_s = 0, prefill_read_bytes = 0, prefill_roofline = 0;
+    int n_prompt = 0;
     uint64_t arena = 0;
     // Read floor samples (bytes/s): the first, taken before any run, and one before each of this
     // cap's epq runs, so the floor is measured beside what it bounds (the disk drifts).
@@ -232,13 +241,14 @@ int run_bench(const BenchOptions & o) {
                  o.read_threads * 2);
 
     // Floor 2: the CPU, every expert resident (only where this machine's RAM can hold them).
-    double compute_floor = 0.0;
+    double compute_floor = 0.0, prefill_compute_floor = 0.0;
     std::string compute_floor_source;
     const MemoryAvailable mem = available_memory();
     if (mem.bytes > idx.expert_bytes + idx.dense_bytes + (2ull << 30)) {
         RunFigures f = child.run("none", true, {"--preload"}, "floor");
         if (f.ok && f.decode_missed_bytes == 0 && f.n_decode > 0) {
             compute_floor = f.decode_seconds / f.n_decode;
+            prefill_compute_floor = f.prefill_seconds;
             compute_floor_source = "measured: epq with every expert preloaded, uncapped";
         }
     }
@@ -302,6 +312,22 @@ int run_bench(const BenchOptions & o) {
         c.floor_bw = median(c.floor);
         const double io_s = c.floor_bw > 0 ? c.missed_per_token / c.floor_bw : 0.0;
         c.roofline = std::max(c.compute_s, io_s) > 0 ? 1.0 / std::max(c.compute_s, io_s) : 0.0;
+        for (const auto & f : c.epq) {
+            c.n_prompt = f.ok ? f.n_prompt : c.n_prompt;
+        }
+        c.prefill_read_bytes = median_of(c.epq, &RunFigures::prefill_read_bytes);
+        if (prefill_compute_floor > 0) {
+            c.prefill_compute_s = prefill_compute_floor;
+        } else {
+            std::vector<RunFigures> busy = c.epq;
+            for (auto & f : busy) {
+                f.prefill_seconds -= f.prefill_wait_seconds;
+            }
+            c.prefill_compute_s = median_of(busy, &RunFigures::prefill_seconds);
+        }
+        const double prefill_io_s = c.floor_bw > 0 ? c.prefill_read_bytes / c.floor_bw : 0.0;
+        const double prefill_s = std::max(c.prefill_compute_s, prefill_io_s);
+        c.prefill_roofline = prefill_s > 0 ? c.n_prompt / prefill_s : 0.0;
         caps.push_back(std::move(c));
     }
 
@@ -333,6 +359,23 @@ int run_bench(const BenchOptions & o) {
     out +=
         "roofline tok/s = 1 / max(compute s/token, missed bytes/token / read bandwidth); read/tok counts every "
         "byte read in decode (speculative included), missed/tok the expert bytes of those reads\n";
+    for (const auto & c : caps) {
+        if (c.prefill_roofline <= 0) {
+            continue;
+        }
+        std::snprintf(line, sizeof line,
+                      "cap %s: prefill of %d tokens %.2f tok/s, roofline %.2f tok/s (%.0f%%): compute %.2f s (%s), "
+                      "read %s at the floor %.2f s\n",
+                      c.cap.c_str(), c.n_prompt, c.epq_prefill, c.prefill_roofline,
+                      100.0 * c.epq_prefill / c.prefill_roofline, c.prefill_compute_s,
+                      prefill_compute_floor > 0 ? "every expert preloaded" : "estimated: prefill not waiting on reads",
+                      format_bytes(static_cast<uint64_t>(c.prefill_read_bytes)).c_str(),
+                      c.floor_bw > 0 ? c.prefill_read_bytes / c.floor_bw : 0.0);
+        out += line;
+        if (c.epq_prefill > c.prefill_roofline * 1.001) {
+            out.insert(out.size() - 1, " - prefill ABOVE its roofline: a floor (compute or read) is wrong");
+        }
+    }
     // The floor beside the runs it bounds, and every run that beat it: a floor a run beats is wrong.
     for (const auto & c : caps) {
         if (c.cap == "none") {
@@ -394,22 +437,27 @@ int run_bench(const BenchOptions & o) {
         j["routing"] = routing;
         j["caps"] = nlohmann::json::array();
         for (const auto & c : caps) {
-            nlohmann::json jc = {{"memcap", c.cap},
-                                 {"arena_bytes", c.arena},
-                                 {"epq_decode_tps", c.epq_decode},
-                                 {"stock_decode_tps", c.stock_decode},
-                                 {"ratio", c.stock_decode > 0 ? c.epq_decode / c.stock_decode : 0.0},
-                                 {"epq_prefill_tps", c.epq_prefill},
-                                 {"stock_prefill_tps", c.stock_prefill},
-                                 {"decode_hit_rate", c.hit_rate},
-                                 {"missed_expert_bytes_per_token", c.missed_per_token},
-                                 {"read_bytes_per_token", c.read_per_token},
-                                 {"compute_seconds_per_token", c.compute_s},
-                                 {"compute_source", c.compute_source},
-                                 {"roofline_tps", c.roofline},
-                                 {"read_floor_bytes_per_second", c.floor_bw},
-                                 {"read_floor_samples", c.floor},
-                                 {"fraction_of_roofline", c.roofline > 0 ? c.epq_decode / c.roofline : 0.0}};
+            nlohmann::json jc = {
+                {"memcap", c.cap},
+                {"arena_bytes", c.arena},
+                {"epq_decode_tps", c.epq_decode},
+                {"stock_decode_tps", c.stock_decode},
+                {"ratio", c.stock_decode > 0 ? c.epq_decode / c.stock_decode : 0.0},
+                {"epq_prefill_tps", c.epq_prefill},
+                {"stock_prefill_tps", c.stock_prefill},
+                {"decode_hit_rate", c.hit_rate},
+                {"missed_expert_bytes_per_token", c.missed_per_token},
+                {"read_bytes_per_token", c.read_per_token},
+                {"compute_seconds_per_token", c.compute_s},
+                {"compute_source", c.compute_source},
+                {"roofline_tps", c.roofline},
+                {"read_floor_bytes_per_second", c.floor_bw},
+                {"read_floor_samples", c.floor},
+                {"fraction_of_roofline", c.roofline > 0 ? c.epq_decode / c.roofline : 0.0},
+                {"prefill_roofline_tps", c.prefill_roofline},
+                {"prefill_compute_seconds", c.prefill_compute_s},
+                {"prefill_read_bytes", c.prefill_read_bytes},
+                {"prefill_fraction_of_roofline", c.prefill_roofline > 0 ? c.epq_prefill / c.prefill_roofline : 0.0}};
             for (const auto * runs : {&c.epq, &c.stock}) {
                 nlohmann::json arr = nlohmann::json::array();
                 for (const auto & f : *runs) {

@@ -53,6 +53,9 @@ struct RunFigures {
     double decode_missed_bytes = 0;  // epq: expert bytes the decode misses needed
     double decode_read_bytes = 0;    // epq: bytes read from the file during decode
     double decode_hit_rate = 0;
+    double prefill_seconds = 0;
+    double prefill_wait_seconds = 0;  // epq: prefill time blocked on reads
+    double prefill_read_bytes = 0;    // epq: bytes read from the file during prefill
     uint64_t arena_bytes = 0;
     uint64_t storage_read_bytes = 0;  // the whole process, from /proc/self/io
     std::string memcap_line;

@@ -1,5 +1,6 @@
 #include "bench/serve_bench.h"
 
+#include "bench/bench.h"
 #include "bench/read_floor.h"
 #include "engine/memory_budget.h"
 #include "gguf/expert_index.h"
@@ -403,6 +404,10 @@ int run_stream_bench(const BenchOptions & o) {
         StreamRun epq, stock, floor;  // medians (TTFT: every stream of every run)
         double compute_step = 0, io_step = 0, roofline = 0;
         std::string compute_source;
+        // Read floor samples (bytes/s): the first, taken before any run, and one before each
+        // capped epq run, so the floor is measured beside what it bounds; their median is used.
+        std::vector<double> floors;
+        double floor_bw = 0;
     };
     std::vector<Row> rows;
     for (const auto & cap : o.memcaps) {
@@ -415,6 +420,11 @@ int run_stream_bench(const BenchOptions & o) {
                 const std::string tag = cap + "-" + std::to_string(n) + "-" + std::to_string(k);
                 if (can_floor) {
                     row.floor_runs.push_back(bench.run("none", n, Mode::floor, "floor-" + tag));
+                }
+                if (cap != "none") {
+                    row.floors.push_back(
+                        measure_expert_reads(o.model, idx, o.read_threads, o.read_floor_seconds / 2, 2 + k)
+                            .bytes_per_second());
                 }
                 row.epq_runs.push_back(bench.run(cap, n, Mode::epq, "epq-" + tag));
                 if (o.stock) {
@@ -431,7 +441,9 @@ int run_stream_bench(const BenchOptions & o) {
                 row.compute_step = row.epq.step_seconds - row.epq.wait_per_step;
                 row.compute_source = "estimated: decode step time not spent waiting on reads";
             }
-            row.io_step = bw > 0 && row.epq.ok ? row.epq.missed_per_step / bw : 0.0;
+            row.floors.push_back(bw);
+            row.floor_bw = median(row.floors);
+            row.io_step = row.floor_bw > 0 && row.epq.ok ? row.epq.missed_per_step / row.floor_bw : 0.0;
             const double step = std::max(row.compute_step, row.io_step);
             row.roofline = step > 0 ? n / step : 0.0;
             rows.push_back(row);
@@ -468,6 +480,22 @@ int run_stream_bench(const BenchOptions & o) {
     out +=
         "tok/s: tokens of all streams per second of decode steps while every stream decodes (server counters); "
         "roofline = streams / max(compute s/step, missed expert bytes/step / read bandwidth)\n";
+    // The floor beside the runs it bounds; a run that beats its roofline shows the floor is wrong.
+    for (const auto & r : rows) {
+        if (r.cap == "none") {
+            continue;
+        }
+        const auto [lo, hi] = std::minmax_element(r.floors.begin(), r.floors.end());
+        out += "cap " + r.cap + ", " + std::to_string(r.n) + " streams: read floor " +
+               format_bytes(static_cast<uint64_t>(r.floor_bw)) + "/s (median of " + std::to_string(r.floors.size()) +
+               " samples taken before its runs; " + format_bytes(static_cast<uint64_t>(*lo)) + "/s to " +
+               format_bytes(static_cast<uint64_t>(*hi)) + "/s)" +
+               (r.roofline > 0 && r.epq.decode_tps > r.roofline
+                    ? " - decode ABOVE its roofline: a floor (compute or read) is wrong (a cache below the file "
+                      "system?)"
+                    : "") +
+               "\n";
+    }
     if (!bench.dropped_ok) {
         out += "note: the page cache could not be dropped before capped runs (needs root): stock may look faster\n";
     }
@@ -510,6 +538,8 @@ int run_stream_bench(const BenchOptions & o) {
                                  {"compute_seconds_per_step", r.compute_step},
                                  {"compute_source", r.compute_source},
                                  {"io_seconds_per_step", r.io_step},
+                                 {"read_floor_bytes_per_second", r.floor_bw},
+                                 {"read_floor_samples", r.floors},
                                  {"roofline_tps", r.roofline},
                                  {"fraction_of_roofline", r.roofline > 0 ? r.epq.decode_tps / r.roofline : 0.0}});
         }
