@@ -11,6 +11,17 @@ jobs=$(nproc 2>/dev/null || echo 2)
 scripts/setup.sh build
 # The OpenAI client tests drive epq serve with the official openai package, pinned by the lockfile.
 (cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)
+# The chat page is tried in Debian's chromium, driven headless (the test skips without it).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "test: installing chromium for the chat page's browser test"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 ||
+      { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+  else
+    echo "test: chromium is missing, so the chat page's browser test will be skipped (sudo apt-get install chromium)"
+  fi
+fi
 # The tests share the models they synthesize through <build>/tests/models (see
 # tests/test_util.cpp); each stage removes them when it is done (several GB).
 trap 'rm -rf build/tests/models build-asan/tests/models build-tsan/tests/models' EXIT

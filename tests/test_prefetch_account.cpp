@@ -1,4 +1,6 @@
-// The speculative-read bookkeeping: counts worked out by hand, and the auto mode's decisions.
+// The speculative-read bookkeeping: counts worked out by hand, and the auto mode's decisions;
+// the activity record behind the serve page's heat map.
+#include "arena/expert_activity.h"
 #include "arena/prefetch_account.h"
 #include "util/error.h"
 
@@ -107,4 +109,25 @@ TEST(PrefetchAccount, ModesParseAndBadOnesAreNamed) {
     } catch (const Error & e) {
         EXPECT_NE(std::string(e.what()).find("sometimes"), std::string::npos);
     }
+}
+
+TEST(ExpertActivity, CellsShowResidencyRecentUseAndFreshReads) {
+    // 2 layers x 4 experts. Batch 1: layer 0 reads and uses 0 and 1. Batch 2: layer 0 uses 1
+    // again (a hit); layer 1 reads 2. Batches 3-4: nothing. Resident: (0,0), (0,1), (1,2), (1,3).
+    ExpertActivity a(2, 4);
+    a.next_batch();
+    a.read(0, 0), a.used(0, 0), a.read(0, 1), a.used(0, 1);
+    a.next_batch();
+    a.used(0, 1), a.read(1, 2), a.used(1, 2);
+    auto resident = [](size_t l, uint32_t e) { return (l == 0 && e < 2) || (l == 1 && e >= 2); };
+    // Now (batch 2), reads within the last 2 batches show as just read.
+    EXPECT_EQ(a.cells(resident, 16, 2), (std::vector<std::string>{"3300", "0031"}));
+    a.next_batch();
+    a.next_batch();
+    // Batch 4: no fresh reads; used within the last 2 batches: none; within 4: all but (1,3).
+    EXPECT_EQ(a.cells(resident, 2, 2), (std::vector<std::string>{"1100", "0011"}));
+    EXPECT_EQ(a.cells(resident, 4, 2), (std::vector<std::string>{"2200", "0021"}));
+    EXPECT_EQ(a.batches(), 4u);
+    // An expert read lately but evicted since still shows as just read.
+    EXPECT_EQ(a.cells([](size_t, uint32_t) { return false; }, 16, 3), (std::vector<std::string>{"0000", "0030"}));
 }

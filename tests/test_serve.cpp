@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -474,4 +475,105 @@ TEST(Serve, LoadTestAccountsForEveryRequest) {
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     std::printf("%s", r.out.c_str());
     EXPECT_EQ(s.stop(), 0) << s.log();
+}
+
+TEST(Serve, ChatPageIsBuiltInAndThePagerStateFeedsItsHeatMap) {
+    ServeProcess s(model(), {"--api-key", "k1", "-np", "1"});
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(120, 0);
+    // The page and its files need no key (the page asks for one) and come from the binary.
+    auto page = c.Get("/");
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 200);
+    EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+    EXPECT_NE(page->get_header_value("Content-Security-Policy").find("script-src 'self'"), std::string::npos);
+    EXPECT_NE(page->body.find("<script src=\"/app.js\">"), std::string::npos);
+    auto js = c.Get("/app.js");
+    ASSERT_TRUE(js);
+    EXPECT_EQ(js->status, 200);
+    EXPECT_NE(js->get_header_value("Content-Type").find("javascript"), std::string::npos);
+    EXPECT_NE(js->body.find("/pager/state"), std::string::npos);
+    auto css = c.Get("/style.css");
+    ASSERT_TRUE(css);
+    EXPECT_EQ(css->status, 200);
+    // The pager's state is not public.
+    auto no_key = c.Get("/pager/state");
+    ASSERT_TRUE(no_key);
+    EXPECT_EQ(no_key->status, 401);
+
+    auto state = [&]() {
+        auto r = c.Get("/pager/state", key("k1"));
+        EXPECT_TRUE(r && r->status == 200);
+        return r ? json::parse(r->body, nullptr, false) : json();
+    };
+    // The first request asks the loop for a heat map; an idle loop takes it at once.
+    auto heat_after = [&](uint64_t batches) {
+        json j;
+        for (int i = 0; i < 100; ++i) {
+            j = state();
+            if (j.contains("heat") && j["heat"]["batches"].get<uint64_t>() > batches) {
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        return j;
+    };
+    json j = heat_after(0);
+    EXPECT_TRUE(j["paged"].get<bool>());
+    EXPECT_GT(j["read_floor_bytes_per_second"].get<double>(), 0.0);
+    EXPECT_FALSE(j.contains("heat") && j["heat"]["batches"].get<uint64_t>() > 0) << "no batch has run yet";
+
+    post(s, "/v1/completions", {{"prompt", "The arena"}, {"max_tokens", 6}, {"temperature", 0}}, 200, key("k1"));
+    j = heat_after(0);
+    ASSERT_TRUE(j.contains("heat")) << j.dump();
+    const json & h = j["heat"];
+    ASSERT_EQ(h["layers"].size(), 4u);  // tiny-qwen3moe: 4 MoE layers of 32 experts
+    ASSERT_EQ(h["n_expert"], 32);
+    ASSERT_EQ(h["cells"].size(), 4u);
+    size_t resident = 0, fresh = 0;
+    for (const auto & row : h["cells"]) {
+        const std::string r = row.get<std::string>();
+        ASSERT_EQ(r.size(), 32u);
+        for (char ch : r) {
+            ASSERT_TRUE(ch >= '0' && ch <= '3') << r;
+            resident += ch == '1' || ch == '2';
+            fresh += ch == '3' || ch == '2';
+        }
+    }
+    EXPECT_GT(fresh, 0u) << "the experts the request used or read show as recent";
+    EXPECT_GT(j["resident_experts"].get<uint64_t>(), 0u);
+    EXPECT_LE(j["resident_experts"].get<uint64_t>(), j["total_experts"].get<uint64_t>());
+    EXPECT_GE(j["counters"]["tokens_predicted_total"].get<uint64_t>(), 5u);
+    EXPECT_GT(j["counters"]["misses"].get<uint64_t>(), 0u);
+    EXPECT_GT(j["counters"]["bytes_read"].get<uint64_t>(), 0u);
+    // Another request moves it on.
+    const uint64_t before = h["batches"];
+    post(s, "/v1/completions", {{"prompt", "Another prompt entirely"}, {"max_tokens", 4}}, 200, key("k1"));
+    const json later = heat_after(before);
+    EXPECT_GT(later["heat"]["batches"].get<uint64_t>(), before);
+    EXPECT_EQ(s.stop(), 0);
+}
+
+// The chat page in a real browser (tests/clients/page.mjs: Debian's chromium driven headless by
+// puppeteer-core): a reply streams in and equals the API's text, stop aborts a reply, the heat
+// map changes, model text with markup is shown as text; screenshots at desktop and phone width.
+TEST(Serve, ChatPageInAHeadlessBrowser) {
+    const std::string chromium = "/usr/bin/chromium";
+    if (access(chromium.c_str(), X_OK) != 0) {
+        GTEST_SKIP() << "chromium is not installed, so the chat page was not tried in a browser: "
+                        "apt-get install chromium (scripts/test.sh installs it when run as root)";
+    }
+    const std::string dir = std::string(EPQ_SOURCE_DIR) + "/tests/clients";
+    if (access((dir + "/node_modules/puppeteer-core/package.json").c_str(), R_OK) != 0) {
+        FAIL() << "puppeteer-core is not installed: run (cd tests/clients && npm ci)";
+    }
+    ServeProcess s(model(), {"--api-key", "k-page", "-np", "1", "-c", "4096", "--read-floor-seconds", "0.3"});
+    // EPQ_PAGE_SHOTS=DIR keeps the screenshots there, to look at them.
+    const char * keep = std::getenv("EPQ_PAGE_SHOTS");
+    const std::string shots = keep && *keep ? keep : temp_dir() + "/page-shots";
+    ASSERT_EQ(run_command({"mkdir", "-p", shots}).exit_code, 0);
+    const auto r = run_command({"node", dir + "/page.mjs", s.url(), "k-page", shots, chromium});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::printf("%s", r.out.c_str());
+    EXPECT_EQ(s.stop(), 0);
 }

@@ -57,7 +57,8 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
       repack_(opts.repack, layout_),
       reader_(model_path),
       reads_(reader_, opts.read_threads),
-      prefetch_(opts.prefetch, layout_.layers.size(), 64ull << 20, 0.3) {
+      prefetch_(opts.prefetch, layout_.layers.size(), 64ull << 20, 0.3),
+      activity_(layout_.layers.size(), index.n_expert) {
     for (const auto & p : plan_.pools) {
         const size_t bytes = static_cast<size_t>(p.slot_bytes) * p.n_slots;
         uint8_t * mem = nullptr;
@@ -150,6 +151,7 @@ uint8_t * Pager::slot_ptr(SlotRef r) const {
 }
 
 std::shared_ptr<Ticket> Pager::load(const LayerLayout & layer, int32_t expert, SlotRef r) {
+    activity_.read(static_cast<size_t>(&layer - layout_.layers.data()), static_cast<uint32_t>(expert));
     std::vector<ReadRequest> reqs;
     uint8_t * slot = slot_ptr(r);
     for (const auto & m : layer.matrices) {
@@ -166,6 +168,23 @@ std::shared_ptr<Ticket> Pager::load(const LayerLayout & layer, int32_t expert, S
         reqs.push_back(q);
     }
     return reads_.submit(reqs);
+}
+
+std::vector<std::string> Pager::activity_cells() const {
+    return activity_.cells([this](size_t li, uint32_t e) {
+        return arena_.find({static_cast<uint32_t>(layout_.layers[li].layer), e}).has_value();
+    });
+}
+
+uint64_t Pager::resident_experts() const {
+    uint64_t n = 0;
+    for (const auto & l : layout_.layers) {
+        for (uint32_t e = 0; e < n_expert_; ++e) {
+            const auto ref = arena_.find({static_cast<uint32_t>(l.layer), e});
+            n += ref && arena_.is_ready(*ref);
+        }
+    }
+    return n;
 }
 
 void Pager::read_tensor(const ggml_tensor * t, void * data, size_t offset, size_t size) const {
@@ -193,6 +212,9 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
     layer_ops_[li] += n_mm;
     if (first_op_of_layer) {
         ++layer_batches_[li];
+        if (li == 0) {
+            activity_.next_batch();
+        }
     }
 
     // The distinct experts the router chose, those already resident first: pinning them before
@@ -219,6 +241,9 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
     });
     if (first_op_of_layer) {
         stats_.expert_lookups += experts.size();
+        for (int32_t e : experts) {
+            activity_.used(li, static_cast<uint32_t>(e));
+        }
     }
     if (trace_ && first_op_of_layer) {
         if (li == 0) {

@@ -5,6 +5,7 @@
 // bit-identical. Experts already resident are computed while the misses are still being read.
 #pragma once
 
+#include "arena/expert_activity.h"
 #include "arena/prefetch_account.h"
 #include "arena/slot_arena.h"
 #include "backend/expert_repack.h"
@@ -124,6 +125,12 @@ public:
     // Writes out the routing trace; throws epq::Error when the write fails.
     void flush_trace();
     PagerStats stats() const;
+    // The serve page's heat map: per MoE layer, one character per expert (ExpertActivity::cells).
+    // Call on the thread that runs the model, between batches.
+    std::vector<std::string> activity_cells() const;
+    uint64_t resident_experts() const;
+    EvictionPolicy policy() const { return arena_.policy(); }
+    uint64_t activity_batches() const { return activity_.batches(); }
     const ArenaPlan & plan() const { return plan_; }
     const SlotLayout & layout() const { return layout_; }
 
@@ -206,6 +213,7 @@ private:
     std::vector<uint64_t> layer_ops_;      // expert matmuls served per layer
     std::vector<uint64_t> layer_batches_;  // batches seen per layer
     std::vector<int64_t> chain_rows_;      // rows of the current chain's batch per expert (counted once per chain)
+    ExpertActivity activity_;
     std::vector<uint64_t> read_in_batch_;  // [layer x expert]: the batch it was last read in, + 1
 };
 

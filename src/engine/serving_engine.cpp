@@ -256,6 +256,37 @@ void ServingEngine::read_pager_counters_locked() {
     c.read_wait_seconds = st.wait_seconds;
     c.prefetch_used_bytes = st.prefetch.useful_bytes;
     c.prefetch_wasted_bytes = st.prefetch.wasted_bytes;
+    c.read_seconds = st.read_wall_seconds;
+    c.policy = policy_name(pager_->policy());
+    c.prefetch = st.prefetch_state;
+    c.repacked = st.repacked_matrices > 0;
+    read_pager_view_locked();
+}
+
+void ServingEngine::read_pager_view_locked() {
+    if (!pager_ || !view_wanted_) {
+        return;
+    }
+    view_wanted_ = false;
+    PagerView & v = pager_view_;
+    if (v.layers.empty()) {
+        for (const auto & l : pager_->layout().layers) {
+            v.layers.push_back(static_cast<uint32_t>(l.layer));
+        }
+    }
+    v.cells = pager_->activity_cells();
+    v.n_expert = v.cells.empty() ? 0 : static_cast<uint32_t>(v.cells.front().size());
+    v.resident_experts = pager_->resident_experts();
+    v.batches = pager_->activity_batches();
+}
+
+PagerView ServingEngine::pager_view() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (pager_ && !view_wanted_) {
+        view_wanted_ = true;
+        cv_.notify_all();
+    }
+    return pager_view_;
 }
 
 std::vector<SlotInfo> ServingEngine::slots() const {
@@ -271,12 +302,10 @@ void ServingEngine::loop() {
     for (;;) {
         {
             std::unique_lock<std::mutex> lk(mu_);
-            cv_.wait(lk, [&] {
-                if (stopping_ || !queue_.empty()) {
-                    return true;
-                }
+            auto busy = [&] {
                 return std::any_of(slots_.begin(), slots_.end(), [](const auto & s) { return s->task != nullptr; });
-            });
+            };
+            cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || view_wanted_ || busy(); });
             if (stopping_) {
                 // Every request still waiting or running ends with an error event.
                 for (auto & t : queue_) {
@@ -295,6 +324,10 @@ void ServingEngine::loop() {
                 return;
             }
             admit_locked();
+            if (!busy()) {
+                read_pager_view_locked();  // woken only for the heat map
+                continue;
+            }
         }
         step();
     }

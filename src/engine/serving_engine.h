@@ -53,7 +53,19 @@ struct PagerCounters {
     uint64_t arena_bytes = 0, hits = 0, misses = 0, evictions = 0, bytes_read = 0;
     uint64_t missed_expert_bytes = 0;  // the expert bytes the misses needed
     double read_wait_seconds = 0.0;
+    double read_seconds = 0.0;  // wall time with at least one read in flight
     uint64_t prefetch_used_bytes = 0, prefetch_wasted_bytes = 0;
+    std::string policy, prefetch;  // eviction policy; prefetch state (on, off, or why off)
+    bool repacked = false;         // experts held in ggml's repacked layout
+};
+
+// The serve page's heat map: what the arena holds and what the pager did lately.
+struct PagerView {
+    std::vector<uint32_t> layers;  // the MoE layers' numbers, in order
+    uint32_t n_expert = 0;
+    std::vector<std::string> cells;  // per layer, one character per expert (ExpertActivity::cells)
+    uint64_t resident_experts = 0;
+    uint64_t batches = 0;  // batches the pager has seen when this was taken
 };
 
 struct SlotInfo {
@@ -112,6 +124,9 @@ public:
     const EngineOptions & options() const { return opts_; }
     EngineCounters counters() const;
     PagerCounters pager_counters() const;
+    // The latest heat map, and a request for a fresh one: the loop takes it between batches (or
+    // at once when idle), so only a watcher costs anything. Empty until the first is taken.
+    PagerView pager_view();
     std::vector<SlotInfo> slots() const;
 
 private:
@@ -123,6 +138,7 @@ private:
     void finish(Slot & s, const std::string & reason);
     void fail(Slot & s, const std::string & message);
     void read_pager_counters_locked();
+    void read_pager_view_locked();  // when one was asked for
 
     LlamaSession & session_;
     Pager * pager_;
@@ -135,6 +151,8 @@ private:
     std::vector<std::unique_ptr<Slot>> slots_;
     EngineCounters counters_;
     PagerCounters pager_counters_;
+    PagerView pager_view_;
+    bool view_wanted_ = false;
     uint64_t next_id_ = 1;
     bool stopping_ = false;
     std::string stop_reason_;

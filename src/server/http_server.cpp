@@ -2,6 +2,8 @@
 
 #include "server/api_error.h"
 #include "server/metrics_text.h"
+#include "server/pager_state.h"
+#include "server/web_assets.h"
 #include "server/openai_api.h"
 #include "server/peer_socket.h"
 #include "util/error.h"
@@ -67,8 +69,10 @@ std::string sse(const json & j) {
     return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
+// The page itself is public (it asks for the key before calling anything that needs one).
 bool is_public(const std::string & path) {
-    return path == "/health" || path == "/v1/health" || path == "/v1/models" || path == "/models";
+    return path == "/health" || path == "/v1/health" || path == "/v1/models" || path == "/models" ||
+           find_web_asset(path) != nullptr;
 }
 
 // Constant-time comparison: a key check should not tell how much of a guess was right.
@@ -150,7 +154,7 @@ void HttpServer::Impl::routes() {
                 return httplib::Server::HandlerResponse::Handled;
             }
         }
-        if (!engine.load() && req.path != "/v1/models" && req.path != "/models") {
+        if (!engine.load() && req.path != "/v1/models" && req.path != "/models" && !find_web_asset(req.path)) {
             send_error(res, {503, "unavailable_error", "Loading model", json::object()});
             return httplib::Server::HandlerResponse::Handled;
         }
@@ -304,6 +308,27 @@ void HttpServer::Impl::routes() {
         }
         send_json(res, 200, out);
     });
+    // The chat page and its pager view. Model text reaches the page only as data: the policy
+    // forbids inline scripts, so even a page bug that produced markup from it could not run it.
+    auto page = [](const httplib::Request & req, httplib::Response & res) {
+        const WebAsset * a = find_web_asset(req.path);
+        res.set_header("Content-Security-Policy",
+                       "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+        res.set_header("X-Content-Type-Options", "nosniff");
+        res.set_header("Referrer-Policy", "no-referrer");
+        res.set_header("Cache-Control", "no-cache");
+        res.set_content(reinterpret_cast<const char *>(a->data), a->size, web_content_type(a->path));
+    };
+    svr.Get("/", page);
+    for (const WebAsset & a : web_assets()) {
+        svr.Get(a.path, page);
+    }
+    svr.Get("/pager/state", [this](const httplib::Request &, httplib::Response & res) {
+        ServingEngine & e = *engine.load();
+        const PagerView view = e.pager_view();
+        send_json(res, 200, pager_state_json(e.counters(), e.pager_counters(), view, o.read_floor_bytes_per_second));
+    });
     svr.Get("/metrics", [this](const httplib::Request &, httplib::Response & res) {
         if (!o.metrics) {
             send_error(res, {501, "not_supported_error",
@@ -443,6 +468,10 @@ void HttpServer::start() {
                     " (is another server on that port? choose one with --port)");
     }
     m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
+}
+
+void HttpServer::set_read_floor(double bytes_per_second) {
+    impl_->o.read_floor_bytes_per_second = bytes_per_second;
 }
 
 void HttpServer::set_engine(ServingEngine * engine) {

@@ -2,6 +2,7 @@
 #include "commands.h"
 
 #include "engine/serving_engine.h"
+#include "bench/read_floor.h"
 #include "run_common.h"
 #include "server/http_server.h"
 #include "util/byte_size.h"
@@ -27,6 +28,7 @@ struct ServeOptions {
     std::string api_key;  // comma-separated, as llama-server takes it
     std::string api_key_file;
     size_t queue = 64;
+    double read_floor_seconds = 1.0;
 };
 
 std::vector<std::string> read_keys(const ServeOptions & o) {
@@ -124,6 +126,13 @@ int serve(ServeOptions & o) {
     eo.n_ctx_slot = r.n_ctx / r.n_parallel;
     eo.n_batch = r.n_batch;
     eo.max_queue = o.queue;
+    if (m.paged && o.read_floor_seconds > 0) {
+        // The page draws the read bandwidth against what this disk can do, read as the pager reads.
+        const ReadFloor rf = measure_expert_reads(r.model, m.paged->index(), r.read_threads, o.read_floor_seconds);
+        http.set_read_floor(rf.bytes_per_second());
+        std::fprintf(stderr, "epq: serve: direct reads of whole experts: %s/s (the page's disk floor)\n",
+                     format_bytes(static_cast<uint64_t>(rf.bytes_per_second())).c_str());
+    }
     ServingEngine engine(*m.session, m.paged ? &m.paged->pager() : nullptr, eo);
     {
         std::lock_guard<std::mutex> lk(shutdown->mu);
@@ -132,7 +141,7 @@ int serve(ServeOptions & o) {
     http.set_engine(&engine);
     std::fprintf(stderr,
                  "epq: serve: %s ready in %.1f s: %u slots of %u tokens (-c %u split evenly), batch %u, %d threads%s\n"
-                 "epq: serve: http://%s:%d/v1 (OpenAI API), /health, /metrics%s; Ctrl-C stops\n",
+                 "epq: serve: http://%s:%d/ (chat page), /v1 (OpenAI API), /health, /metrics%s; Ctrl-C stops\n",
                  o.http.alias.c_str(), m.load_seconds, r.n_parallel, eo.n_ctx_slot, r.n_ctx, r.n_batch, m.n_threads,
                  o.http.api_keys.empty() ? "" : ", API key required", o.http.host.c_str(), http.port(),
                  o.http.metrics ? "" : " (off: --metrics)");
@@ -176,6 +185,9 @@ Handler add_serve(CLI::App & app) {
     sub->add_option("--timeout", o->http.timeout_s, "read/write timeout of a connection, seconds")
         ->capture_default_str();
     sub->add_option("--queue", o->queue, "requests that may wait for a slot; more get 503 with Retry-After")
+        ->capture_default_str();
+    sub->add_option("--read-floor-seconds", o->read_floor_seconds,
+                    "measure the disk's expert read rate this long at start, for the page's chart (0: skip)")
         ->capture_default_str();
     add_pager_flags(*sub, r);
     return [o]() { return serve(*o); };
