@@ -542,6 +542,8 @@ TEST(Serve, ChatPageIsBuiltInAndThePagerStateFeedsItsHeatMap) {
     }
     EXPECT_GT(fresh, 0u) << "the experts the request used or read show as recent";
     EXPECT_GT(j["resident_experts"].get<uint64_t>(), 0u);
+    EXPECT_GE(j["views_taken"].get<uint64_t>(), 1u);
+    EXPECT_GE(j["view_seconds_total"].get<double>(), 0.0);
     EXPECT_LE(j["resident_experts"].get<uint64_t>(), j["total_experts"].get<uint64_t>());
     EXPECT_GE(j["counters"]["tokens_predicted_total"].get<uint64_t>(), 5u);
     EXPECT_GT(j["counters"]["misses"].get<uint64_t>(), 0u);

@@ -221,8 +221,11 @@ nlohmann::json RunReport::json() const {
         if (pager_after_prefill) {
             const auto & a = *pager_after_prefill;
             const uint64_t lookups = p.expert_lookups - a.expert_lookups, misses = p.demand_misses - a.demand_misses;
-            j["prefill_bytes_read"] = a.bytes_read;
-            j["prefill_misses"] = a.misses;
+            // From the prompt's start: a preload before it is not the prefill's.
+            const uint64_t read_before = pager_before_prefill ? pager_before_prefill->bytes_read : 0;
+            const uint64_t misses_before = pager_before_prefill ? pager_before_prefill->misses : 0;
+            j["prefill_bytes_read"] = a.bytes_read - read_before;
+            j["prefill_misses"] = a.misses - misses_before;
             j["decode_bytes_read"] = p.bytes_read - a.bytes_read;
             j["decode_bytes_read_per_token"] = ratio(double(p.bytes_read - a.bytes_read), gen.n_generated);
             j["decode_missed_expert_bytes"] = p.missed_expert_bytes - a.missed_expert_bytes;

@@ -268,6 +268,7 @@ void ServingEngine::read_pager_view_locked() {
         return;
     }
     view_wanted_ = false;
+    const auto t0 = Clock::now();
     PagerView & v = pager_view_;
     if (v.layers.empty()) {
         for (const auto & l : pager_->layout().layers) {
@@ -278,6 +279,8 @@ void ServingEngine::read_pager_view_locked() {
     v.n_expert = v.cells.empty() ? 0 : static_cast<uint32_t>(v.cells.front().size());
     v.resident_experts = pager_->resident_experts();
     v.batches = pager_->activity_batches();
+    ++v.views_taken;
+    v.view_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 PagerView ServingEngine::pager_view() {

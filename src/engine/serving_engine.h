@@ -66,6 +66,9 @@ struct PagerView {
     std::vector<std::string> cells;  // per layer, one character per expert (ExpertActivity::cells)
     uint64_t resident_experts = 0;
     uint64_t batches = 0;  // batches the pager has seen when this was taken
+    // What taking them has cost the engine's thread so far (it is the one that runs the model).
+    uint64_t views_taken = 0;
+    double view_seconds = 0.0;
 };
 
 struct SlotInfo {

@@ -11,7 +11,9 @@ nlohmann::json pager_state_json(const EngineCounters & e, const PagerCounters & 
                         {"repacked", p.repacked},
                         {"read_floor_bytes_per_second", read_floor_bytes_per_second},
                         {"resident_experts", v.resident_experts},
-                        {"total_experts", static_cast<uint64_t>(v.layers.size()) * v.n_expert}};
+                        {"total_experts", static_cast<uint64_t>(v.layers.size()) * v.n_expert},
+                        {"views_taken", v.views_taken},
+                        {"view_seconds_total", v.view_seconds}};
     j["counters"] = {{"tokens_predicted_total", e.tokens_predicted_total},
                      {"tokens_predicted_seconds_total", e.tokens_predicted_seconds_total},
                      {"prompt_tokens_total", e.prompt_tokens_total},
