@@ -137,9 +137,10 @@ try {
       const body = hostile.map((t) => 'data: ' + JSON.stringify({choices: [{index: 0, delta: {content: t}}]}) + '\n\n')
                        .join('') + 'data: ' + JSON.stringify({choices: [{index: 0, delta: {}, finish_reason: 'stop'}]}) +
                    '\n\ndata: [DONE]\n\n';
-      req.respond({status: 200, contentType: 'text/event-stream', body});
+      req.respond({status: 200, contentType: 'text/event-stream', body}).catch(() => {});
     } else {
-      req.continue();
+      // Once interception is off again the page's polls still come through here: nothing to do.
+      req.continue().catch(() => {});
     }
   });
   await send('Say something dangerous.');
