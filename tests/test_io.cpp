@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <gtest/gtest.h>
+
+#include <atomic>
 #include <memory>
 #include <random>
 
@@ -112,6 +114,31 @@ TEST(ReadPool, AReadErrorReachesTheWaiter) {
     DirectReader::inject_read_failure_after(0);
     auto ok = pool.submit({{0, 5000, a.data(), 0, 0}});
     EXPECT_NO_THROW(ok->wait());
+}
+
+TEST(ReadPool, JoinLandsEveryQueuedReadBeforeItReturns) {
+    // One thread, many reads queued behind each other: join() returns only after the last one
+    // landed (and its `then` ran), so the caller may free the buffers at once.
+    const std::string path = pattern_file("join.bin", 4 << 20);
+    DirectReader r(path);
+    ReadPool pool(r, 1);
+    std::vector<std::vector<uint8_t>> bufs(32, std::vector<uint8_t>(65536));
+    std::vector<ReadRequest> reqs;
+    std::atomic<int> thens{0};
+    for (size_t i = 0; i < bufs.size(); ++i) {
+        ReadRequest q{i * 70001, 65536, bufs[i].data(), 0, 0};
+        q.then = [&thens](uint8_t *) { ++thens; };
+        reqs.push_back(q);
+    }
+    auto t = pool.submit(reqs);
+    pool.join();
+    EXPECT_TRUE(t->done());
+    EXPECT_EQ(thens.load(), 32);
+    for (size_t i = 0; i < bufs.size(); ++i) {
+        ASSERT_EQ(bufs[i][65535], expected_byte(i * 70001 + 65535));
+    }
+    pool.join();  // again: nothing to do
+    EXPECT_THROW(pool.submit({{0, 10, bufs[0].data(), 0, 0}}), Error);
 }
 
 TEST(DirectReader, TruncationAndRewritesAreDetected) {

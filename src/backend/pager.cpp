@@ -127,6 +127,8 @@ Pager::~Pager() {
         populate_.join();
     }
     drain_prefetch();
+    // Reads still queued or in flight write into the arena: they land before it is unmapped.
+    reads_.join();
     if (cpu_) {
         ggml_backend_free(cpu_);
     }

@@ -37,13 +37,20 @@ ReadPool::ReadPool(const DirectReader & reader, int n_threads) : reader_(reader)
 }
 
 ReadPool::~ReadPool() {
+    join();
+}
+
+void ReadPool::join() {
     {
         std::lock_guard<std::mutex> lock(mu_);
         stop_ = true;
     }
     cv_.notify_all();
+    // A worker leaves only once the queue is empty, so every submitted read lands first.
     for (auto & t : threads_) {
-        t.join();
+        if (t.joinable()) {
+            t.join();
+        }
     }
 }
 
@@ -52,6 +59,9 @@ std::shared_ptr<Ticket> ReadPool::submit(const std::vector<ReadRequest> & reads)
     ticket->remaining_ = reads.size();
     {
         std::lock_guard<std::mutex> lock(mu_);
+        if (stop_) {
+            throw Error("internal: a read was submitted after the read pool stopped");
+        }
         for (const auto & r : reads) {
             queue_.push_back(Job{r, ticket});
         }

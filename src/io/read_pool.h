@@ -61,6 +61,10 @@ public:
 
     std::shared_ptr<Ticket> submit(const std::vector<ReadRequest> & reads);
     ReadStats stats();
+    // Finishes every read already submitted (their `then` work included) and stops the threads,
+    // so that no read can write into memory the caller is about to free. Submitting afterwards
+    // is an error; calling it again (or the destructor after it) does nothing.
+    void join();
 
 private:
     struct Job {
