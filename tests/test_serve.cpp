@@ -496,6 +496,12 @@ TEST(Serve, ChatPageIsBuiltInAndThePagerStateFeedsItsHeatMap) {
     auto css = c.Get("/style.css");
     ASSERT_TRUE(css);
     EXPECT_EQ(css->status, 200);
+    // Only the files themselves: a path that a pattern could be read to match is not found.
+    for (const char * path : {"/appXjs", "/style-css", "/index.htm", "/app.js.map"}) {
+        auto r = c.Get(path, key("k1"));  // past the key check, to the routes
+        ASSERT_TRUE(r) << path;
+        EXPECT_EQ(r->status, 404) << path;
+    }
     // The pager's state is not public.
     auto no_key = c.Get("/pager/state");
     ASSERT_TRUE(no_key);

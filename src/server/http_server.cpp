@@ -312,6 +312,10 @@ void HttpServer::Impl::routes() {
     // forbids inline scripts, so even a page bug that produced markup from it could not run it.
     auto page = [](const httplib::Request & req, httplib::Response & res) {
         const WebAsset * a = find_web_asset(req.path);
+        if (!a) {
+            send_error(res, {404, "not_found_error", "File Not Found", json::object()});
+            return;
+        }
         res.set_header("Content-Security-Policy",
                        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
@@ -322,7 +326,12 @@ void HttpServer::Impl::routes() {
     };
     svr.Get("/", page);
     for (const WebAsset & a : web_assets()) {
-        svr.Get(a.path, page);
+        // cpp-httplib takes a pattern as a regular expression: "/app.js" would also match "/appXjs".
+        std::string exact;
+        for (const char * c = a.path; *c; ++c) {
+            exact += *c == '.' ? std::string("\\.") : std::string(1, *c);
+        }
+        svr.Get(exact, page);
     }
     svr.Get("/pager/state", [this](const httplib::Request &, httplib::Response & res) {
         ServingEngine & e = *engine.load();
