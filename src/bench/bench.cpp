@@ -52,12 +52,6 @@ double num(const nlohmann::json & j, const char * key) {
     return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
 }
 
-std::string fmt(const char * f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
-}
-
 struct Child {
     const BenchOptions & o;
     std::string replay;
@@ -335,7 +329,7 @@ int run_bench(const BenchOptions & o) {
     std::string out = "\nepq bench: " + o.model + " (" + idx.arch + "), " + std::to_string(child.threads) +
                       " threads, medians of " + std::to_string(o.runs) + " interleaved runs\n";
     out += "floors: direct expert reads " + format_bytes(static_cast<uint64_t>(bw)) + "/s; compute " +
-           (compute_floor > 0 ? fmt("%.1f ms/token", compute_floor * 1000) + " (" + compute_floor_source + ")"
+           (compute_floor > 0 ? format_number("%.1f ms/token", compute_floor * 1000) + " (" + compute_floor_source + ")"
                               : std::string("per cap (estimated from decode time not spent waiting on reads)")) +
            "\n";
     out += o.repack ? "layouts: epq repacked where stock's default flags repack; stock with default flags uncapped, "

@@ -307,12 +307,6 @@ json run_json(const StreamRun & r) {
             {"memcap", r.memcap_line}};
 }
 
-std::string fmt2(double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.2f", v);
-    return b;
-}
-
 }  // namespace
 
 int wait_until_serving(BackgroundProcess & p, double timeout_seconds) {
@@ -463,11 +457,11 @@ int run_stream_bench(const BenchOptions & o) {
                   "missed/step", "compute/st", "roofline", "of roof");
     out += line;
     for (const auto & r : rows) {
-        const std::string e_ttft =
-            r.epq.ok ? fmt2(percentile(r.epq.ttft_seconds, 50)) + "/" + fmt2(percentile(r.epq.ttft_seconds, 95)) + " s"
-                     : "failed";
-        const std::string s_ttft = r.stock.ok ? fmt2(percentile(r.stock.ttft_seconds, 50)) + "/" +
-                                                    fmt2(percentile(r.stock.ttft_seconds, 95)) + " s"
+        const std::string e_ttft = r.epq.ok ? format_number("%.2f", percentile(r.epq.ttft_seconds, 50)) + "/" +
+                                                  format_number("%.2f", percentile(r.epq.ttft_seconds, 95)) + " s"
+                                            : "failed";
+        const std::string s_ttft = r.stock.ok ? format_number("%.2f", percentile(r.stock.ttft_seconds, 50)) + "/" +
+                                                    format_number("%.2f", percentile(r.stock.ttft_seconds, 95)) + " s"
                                               : (o.stock ? "failed" : "-");
         std::snprintf(
             line, sizeof line, "%-6s %7d %10s %10.2f %11.2f %6.1fx %15s %15s %6.1f%% %12s %8.1f ms %10.2f %7.0f%%\n",

@@ -1,5 +1,7 @@
 #include "sim/routing_stats.h"
 
+#include "util/byte_size.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
@@ -148,16 +150,6 @@ PublishedRouting published_routing(const std::string & arch) {
     return {};
 }
 
-namespace {
-
-std::string fmt(const char * f, double v) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, f, v);
-    return buf;
-}
-
-}  // namespace
-
 // This run's decode routing beside the published figures for the real model of its
 // architecture: per-layer caches of a share of each layer's experts (LRU and Belady hit rates,
 // warm) and reuse by the next token. A reader can judge how far the synthetic weights route
@@ -182,9 +174,10 @@ std::string routing_report(const Trace & t, const std::string & arch, nlohmann::
         for (const ShareHits & q : pub.shares) {
             p = std::fabs(q.share - h.share) < 1e-9 ? &q : p;
         }
-        std::snprintf(line, sizeof line, "%-22s %11.1f%% %11.1f%% %16s %16s\n", fmt("%.1f%%", 100 * h.share).c_str(),
-                      100 * h.lru, 100 * h.belady, p ? fmt("%.0f%%", 100 * p->lru).c_str() : "-",
-                      p ? fmt("%.0f%%", 100 * p->belady).c_str() : "-");
+        std::snprintf(line, sizeof line, "%-22s %11.1f%% %11.1f%% %16s %16s\n",
+                      format_number("%.1f%%", 100 * h.share).c_str(), 100 * h.lru, 100 * h.belady,
+                      p ? format_number("%.0f%%", 100 * p->lru).c_str() : "-",
+                      p ? format_number("%.0f%%", 100 * p->belady).c_str() : "-");
         out += line;
         j["shares"].push_back({{"share", h.share},
                                {"lru", h.lru},
@@ -192,8 +185,8 @@ std::string routing_report(const Trace & t, const std::string & arch, nlohmann::
                                {"published_lru", p ? p->lru : 0.0},
                                {"published_belady", p ? p->belady : 0.0}});
     }
-    out += fmt("reuse by the next token: %.1f%%", 100 * s.reuse) +
-           (pub.model.empty() ? std::string("\n") : fmt(" (published %.0f%%)\n", 100 * pub.reuse));
+    out += format_number("reuse by the next token: %.1f%%", 100 * s.reuse) +
+           (pub.model.empty() ? std::string("\n") : format_number(" (published %.0f%%)\n", 100 * pub.reuse));
     return out;
 }
 

@@ -34,12 +34,6 @@ const SimResult * find_result(const std::vector<SimResult> & rs, uint64_t bytes,
     return nullptr;
 }
 
-std::string format(const char * fmt, double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, fmt, v);
-    return buf;
-}
-
 std::string center(const std::string & text, size_t width) {
     const size_t pad = width > text.size() ? (width - text.size()) / 2 : 0;
     return std::string(pad, ' ') + text;
@@ -143,13 +137,18 @@ std::string sim_table(const TraceHeader & h, uint64_t steps, const std::vector<S
         const SimResult * lru = find_result(results, bytes, "lru");
         const SimResult * lfu = find_result(results, bytes, "lfu");
         const SimResult * opt = find_result(results, bytes, "belady");
-        auto rate = [](const SimResult * r) { return r ? format("%.1f%%", 100.0 * r->hit_rate) : std::string("-"); };
-        auto ratio = [&](const SimResult * r) {
-            return r && opt && opt->hit_rate > 0 ? format("%.2fx", r->hit_rate / opt->hit_rate) : std::string("-");
+        auto rate = [](const SimResult * r) {
+            return r ? format_number("%.1f%%", 100.0 * r->hit_rate) : std::string("-");
         };
-        auto gib = [&](const SimResult * r) { return r ? format("%.3f", gib_per_step(*r, steps)) : std::string("-"); };
+        auto ratio = [&](const SimResult * r) {
+            return r && opt && opt->hit_rate > 0 ? format_number("%.2fx", r->hit_rate / opt->hit_rate)
+                                                 : std::string("-");
+        };
+        auto gib = [&](const SimResult * r) {
+            return r ? format_number("%.3f", gib_per_step(*r, steps)) : std::string("-");
+        };
         std::snprintf(line, sizeof line, "%12s %8s  %7s %7s %7s  %10s %10s  %8s %8s %9s\n", format_bytes(bytes).c_str(),
-                      format("%.1f%%", experts > 0 ? 100.0 * static_cast<double>(bytes) / experts : 0.0).c_str(),
+                      format_number("%.1f%%", experts > 0 ? 100.0 * static_cast<double>(bytes) / experts : 0.0).c_str(),
                       rate(lru).c_str(), rate(lfu).c_str(), rate(opt).c_str(), ratio(lru).c_str(), ratio(lfu).c_str(),
                       gib(lru).c_str(), gib(lfu).c_str(), gib(opt).c_str());
         out += line;

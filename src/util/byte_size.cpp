@@ -65,4 +65,10 @@ std::string format_bytes(uint64_t bytes) {
     return buf;
 }
 
+std::string format_number(const char * printf_format, double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, printf_format, v);
+    return buf;
+}
+
 }  // namespace epq

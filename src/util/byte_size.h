@@ -1,4 +1,5 @@
-// Human byte counts in both directions: "4G", "512M", "1.5GiB" <-> uint64_t.
+// Numbers for people: byte counts in both directions ("4G", "512M", "1.5GiB" <-> uint64_t) and
+// table cells.
 #pragma once
 
 #include <cstdint>
@@ -13,5 +14,8 @@ std::optional<uint64_t> parse_byte_size(const std::string & text);
 
 // "1.50 GiB", "12.0 MiB", "512 B" — for people, never parsed back.
 std::string format_bytes(uint64_t bytes);
+
+// One number through a printf format ("%.1f%%", "%.2fx"): the tables' cells.
+std::string format_number(const char * printf_format, double v);
 
 }  // namespace epq
