@@ -1,10 +1,14 @@
 // Direct reads: any offset and length returns the file's bytes, in place or through scratch;
 // the pool keeps order-independent results; errors and truncation are reported, never hidden.
+#include "faults/planted_faults.h"
 #include "io/read_pool.h"
 #include "test_util.h"
 #include "util/error.h"
 
 #include <cstdlib>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <ctime>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -103,7 +107,7 @@ TEST(ReadPool, AReadErrorReachesTheWaiter) {
     DirectReader r(path);
     ReadPool pool(r, 2);
     std::vector<uint8_t> a(5000), b(5000);
-    DirectReader::inject_read_failure_after(2);
+    faults::plant_io_fault(faults::parse_io_fault("eio,after=2,count=0"));
     auto t = pool.submit({{0, 5000, a.data(), 0, 0}, {8192, 5000, b.data(), 0, 0}});
     try {
         t->wait();
@@ -111,7 +115,7 @@ TEST(ReadPool, AReadErrorReachesTheWaiter) {
     } catch (const Error & e) {
         EXPECT_NE(std::string(e.what()).find("read error"), std::string::npos) << e.what();
     }
-    DirectReader::inject_read_failure_after(0);
+    faults::plant_io_fault({});
     auto ok = pool.submit({{0, 5000, a.data(), 0, 0}});
     EXPECT_NO_THROW(ok->wait());
 }
@@ -155,14 +159,99 @@ TEST(DirectReader, TruncationAndRewritesAreDetected) {
     }
     EXPECT_THROW(r.check_unchanged(), Error);
 
+    // A file replaced by another is not an error: the descriptor still reads the original.
     const std::string path2 = pattern_file("replaced.bin", 1 << 16);
     DirectReader r2(path2);
-    pattern_file("replaced.bin.new", 1 << 16);
+    write_file(path2 + ".new", std::vector<uint8_t>(1 << 16, 7));
     ASSERT_EQ(rename((path2 + ".new").c_str(), path2.c_str()), 0);
-    try {
-        r2.check_unchanged();
-        FAIL() << "replacement not reported";
-    } catch (const Error & e) {
-        EXPECT_NE(std::string(e.what()).find("replaced"), std::string::npos) << e.what();
+    EXPECT_NO_THROW(r2.check_unchanged());
+    std::vector<uint8_t> got(100);
+    r2.read(5000, 100, got.data());
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], expected_byte(5000 + i)) << i;
     }
+
+    // Rewritten in place, same size: the modification time tells.
+    const std::string path3 = pattern_file("rewritten.bin", 1 << 16);
+    DirectReader r3(path3);
+    EXPECT_NO_THROW(r3.check_unchanged());
+    struct timespec later[2] = {{0, UTIME_OMIT}, {0, 0}};
+    clock_gettime(CLOCK_REALTIME, &later[1]);
+    later[1].tv_sec += 5;  // a coarse filesystem clock could otherwise leave the time as it was
+    write_file(path3, std::vector<uint8_t>(1 << 16, 9));
+    ASSERT_EQ(utimensat(AT_FDCWD, path3.c_str(), later, 0), 0);
+    try {
+        r3.check_unchanged();
+        FAIL() << "in-place rewrite not reported";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("modified while running"), std::string::npos) << e.what();
+    }
+}
+
+TEST(DirectReader, ReadsBypassThePageCacheWhereTheFilesystemAllows) {
+    const std::string path = pattern_file("direct.bin", 1 << 20);
+    const int probe = open(path.c_str(), O_RDONLY | O_DIRECT);
+    if (probe < 0) {
+        GTEST_SKIP() << "the test directory's filesystem refuses O_DIRECT; the buffered path is tested below";
+    }
+    close(probe);
+    DirectReader r(path);
+    EXPECT_TRUE(r.direct());
+    EXPECT_GT(r.align(), 0u);
+    EXPECT_EQ(r.align() & (r.align() - 1), 0u) << "not a power of two: " << r.align();
+    std::vector<uint8_t> got(10000);
+    r.read(12345, got.size(), got.data());
+    EXPECT_TRUE(r.direct());
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], expected_byte(12345 + i)) << i;
+    }
+}
+
+TEST(DirectReader, ARefusedDirectReadFallsBackToBufferedReads) {
+    const std::string path = pattern_file("refused.bin", 1 << 20);
+    DirectReader r(path);
+    if (!r.direct()) {
+        GTEST_SKIP() << "no direct reads on this filesystem: nothing to fall back from";
+    }
+    faults::plant_io_fault(faults::parse_io_fault("einval"));
+    std::vector<uint8_t> got(10000);
+    r.read(4096 * 3 + 7, got.size(), got.data());
+    EXPECT_EQ(faults::io_faults_planted(), 1u);
+    EXPECT_FALSE(r.direct());
+    r.read(99, got.size(), got.data());  // buffered from now on: no further refusal
+    EXPECT_EQ(faults::io_faults_planted(), 1u);
+    faults::plant_io_fault({});
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], expected_byte(99 + i)) << i;
+    }
+}
+
+TEST(DirectReader, IoErrorsAreRetriedTwiceThenReported) {
+    const std::string path = pattern_file("eio.bin", 1 << 20);
+    DirectReader r(path);
+    std::vector<uint8_t> got(5000);
+    faults::plant_io_fault(faults::parse_io_fault("eio,count=2"));
+    r.read(777, got.size(), got.data());
+    EXPECT_EQ(faults::io_faults_planted(), 2u);
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], expected_byte(777 + i)) << i;
+    }
+    faults::plant_io_fault(faults::parse_io_fault("eio,count=3"));
+    try {
+        r.read(777, got.size(), got.data());
+        FAIL() << "a persistent error was not reported";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("Input/output error (after 3 attempts)"), std::string::npos) << e.what();
+    }
+    // Short reads and interrupted calls go on where they stopped.
+    for (const char * spec : {"short", "eintr"}) {
+        faults::plant_io_fault(faults::parse_io_fault(spec));
+        std::vector<uint8_t> big(300000);
+        r.read(4096, big.size(), big.data());
+        EXPECT_GE(faults::io_faults_planted(), 1u) << spec;
+        for (size_t i = 0; i < big.size(); ++i) {
+            ASSERT_EQ(big[i], expected_byte(4096 + i)) << spec << " " << i;
+        }
+    }
+    faults::plant_io_fault({});
 }

@@ -214,9 +214,8 @@ TEST(PagerBadInput, ArenaBelowTheMinimumNamesIt) {
 
 TEST(PagerBadInput, ReadErrorIsAClearErrorNotWrongTokens) {
     const std::string model = synth_model("tiny-qwen3moe", tiny("qwen3moe"));
-    setenv("EPQ_INJECT_READ_ERROR_AFTER", "40", 1);
-    const CommandResult r = run_epq({"run", "-m", model, "-p", kPrompt, "-n", "32", "--arena", "600K"});
-    unsetenv("EPQ_INJECT_READ_ERROR_AFTER");
+    const CommandResult r = run_epq_with_faults({"EPQ_IO_FAULT=eio,after=40,count=0"},
+                                                {"run", "-m", model, "-p", kPrompt, "-n", "32", "--arena", "600K"});
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_NE(r.err.find("epq: error: read error on " + model), std::string::npos) << r.err;
 }

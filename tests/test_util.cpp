@@ -138,14 +138,24 @@ CommandResult run_epq(const std::vector<std::string> & args, const std::string &
     return run_command(full, input);
 }
 
+CommandResult run_epq_with_faults(const std::vector<std::string> & faults, const std::vector<std::string> & args,
+                                  const std::string & input) {
+    std::vector<std::string> full = {"env"};
+    full.insert(full.end(), faults.begin(), faults.end());
+    full.push_back(EPQ_FAULTS_BINARY);
+    full.insert(full.end(), args.begin(), args.end());
+    return run_command(full, input);
+}
+
 LoggedRun run_logged(const std::string & model, const std::string & prompt, const std::string & n_predict,
-                     const std::vector<std::string> & extra, const std::string & tag) {
+                     const std::vector<std::string> & extra, const std::string & tag,
+                     const std::vector<std::string> & faults) {
     const std::string logits = temp_dir() + "/" + tag + ".logits", stats = temp_dir() + "/" + tag + ".json";
     std::vector<std::string> args = {"run", "-m", model,          "-p",   prompt,         "-n", n_predict,
                                      "-t",  "2",  "--logits-out", logits, "--stats-json", stats};
     args.insert(args.end(), extra.begin(), extra.end());
     LoggedRun r;
-    r.result = run_epq(args);
+    r.result = faults.empty() ? run_epq(args) : run_epq_with_faults(faults, args);
     r.logits = read_file(logits);
     if (r.result.exit_code == 0) {
         const std::string text = slurp(stats);

@@ -43,17 +43,23 @@ struct CommandResult {
 };
 // Runs the built epq binary with `args` (shell-quoted here), stdin from `input` or /dev/null.
 CommandResult run_epq(const std::vector<std::string> & args, const std::string & input = "");
+// Runs epq-faults, the epq command with test faults planted (tests/faults/planted_faults.h),
+// with `faults` as environment assignments such as "EPQ_IO_FAULT=eio".
+CommandResult run_epq_with_faults(const std::vector<std::string> & faults, const std::vector<std::string> & args,
+                                  const std::string & input = "");
 // Runs any command (args[0] is the program).
 CommandResult run_command(const std::vector<std::string> & args, const std::string & input = "");
 
 // `epq run` on a model with 2 threads, every step's logits and the statistics written out
-// (`extra` flags appended): what the exactness gates compare between paged and stock runs.
+// (`extra` flags appended): what the exactness gates compare between paged and stock runs. With
+// `faults`, epq-faults runs with them planted (see run_epq_with_faults).
 struct LoggedRun {
     CommandResult result;
     std::vector<uint8_t> logits;
     nlohmann::json stats;  // empty when the run failed
 };
 LoggedRun run_logged(const std::string & model, const std::string & prompt, const std::string & n_predict,
-                     const std::vector<std::string> & extra, const std::string & tag);
+                     const std::vector<std::string> & extra, const std::string & tag,
+                     const std::vector<std::string> & faults = {});
 
 }  // namespace epq::test

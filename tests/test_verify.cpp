@@ -308,15 +308,11 @@ TEST_P(VerifyFault, EveryCheckFailsWithAPlantedFault) {
     for (const std::string layout : {"", "-nr"}) {  // repacked experts and the file's layout
         for (const std::string check : {"kernel", "layer", "multitoken", "generate", "determinism"}) {
             const std::string dir = temp_dir() + "/fault-" + GetParam() + "-" + check + layout;
-            setenv("EPQ_FAULT", GetParam().c_str(), 1);
-            setenv("EPQ_FAULT_AFTER", "1", 1);
             std::vector<std::string> args = {"verify", check, "-m", model, "--fast", "--report-dir", dir, "-n", "16"};
             if (!layout.empty()) {
                 args.push_back(layout);
             }
-            const CommandResult r = run_epq(args);
-            unsetenv("EPQ_FAULT");
-            unsetenv("EPQ_FAULT_AFTER");
+            const CommandResult r = run_epq_with_faults({"EPQ_FAULT=" + GetParam(), "EPQ_FAULT_AFTER=1"}, args);
             EXPECT_EQ(r.exit_code, 1) << GetParam() << layout << " not caught by " << check << ":\n" << r.out << r.err;
             EXPECT_NE(r.out.find("**Verdict:** FAIL"), std::string::npos) << check << layout << ":\n" << r.out << r.err;
         }

@@ -76,6 +76,7 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
     if (!cpu_) {
         throw Error("cannot initialise ggml's CPU backend for the expert matmuls");
     }
+    faults_ = make_pager_faults();
     stats_.direct_io = reader_.direct();
     stats_.repacked_matrices = repack_.n_repacked();
     layer_ops_.assign(layout_.layers.size(), 0);
@@ -623,36 +624,16 @@ void Pager::release(std::vector<Use> & uses) noexcept {
     uses.clear();
 }
 
-void Pager::inject_fault(const std::string & kind, uint64_t after) {
-    if (kind == "corrupt-slot") {
-        corrupt_countdown_ = std::max<uint64_t>(1, after);
-    } else if (kind == "wrong-slot") {
-        wrong_slot_countdown_ = std::max<uint64_t>(1, after);
-    } else if (!kind.empty()) {
-        throw Error("unknown EPQ_FAULT '" + kind + "' (corrupt-slot or wrong-slot)");
-    }
-}
-
 void Pager::loaded(const LayerLayout & layer, SlotRef r) {
     arena_.loaded(r);
-    if (corrupt_countdown_ > 0 && --corrupt_countdown_ == 0) {
-        // Invert the first row of the expert's first matrix: every block's scales and codes, so
-        // the damage shows whatever the type's block layout (one flipped bit can land on a code
-        // whose activation quantizes to zero and change nothing).
+    if (faults_) {
         const MatrixPlacement & m = layer.matrices.front();
-        uint8_t * row = slot_ptr(r) + m.slot_offset;
-        for (size_t i = 0; i < ggml_row_size(static_cast<ggml_type>(m.type), m.n_in); ++i) {
-            row[i] ^= 0xFF;
-        }
+        faults_->landed(slot_ptr(r) + m.slot_offset, ggml_row_size(static_cast<ggml_type>(m.type), m.n_in));
     }
 }
 
 int32_t Pager::fault_slot(int32_t slot, uint32_t pool) {
-    if (wrong_slot_countdown_ > 0 && --wrong_slot_countdown_ == 0) {
-        wrong_slot_active_ = true;
-    }
-    const uint32_t n = plan_.pools[pool].n_slots;
-    return wrong_slot_active_ && n > 1 ? static_cast<int32_t>((static_cast<uint32_t>(slot) + 1) % n) : slot;
+    return faults_ ? static_cast<int32_t>(faults_->slot(static_cast<uint32_t>(slot), plan_.pools[pool].n_slots)) : slot;
 }
 
 PagerStats Pager::stats() const {

@@ -9,6 +9,7 @@
 #include "arena/prefetch_account.h"
 #include "arena/slot_arena.h"
 #include "backend/expert_repack.h"
+#include "backend/pager_faults.h"
 #include "backend/router_predictor.h"
 #include "gguf/expert_index.h"
 #include "gguf/slot_layout.h"
@@ -119,6 +120,10 @@ public:
                                  const ExpertForwardSpec & spec);
 
     void set_n_threads(int n);
+    // Throws epq::Error if the model file was truncated or rewritten since the pager opened it:
+    // the dense weights are mapped from it, so with every expert resident nothing else would see
+    // a rewrite. A few microseconds (two stat calls); the engines call it after every batch.
+    void check_model_file() const { reader_.check_unchanged(); }
     // Reads experts in file order until the arena is full (or holds them all), many reads in
     // flight. Returns the number of experts now resident.
     uint64_t preload();
@@ -133,11 +138,6 @@ public:
     uint64_t activity_batches() const { return activity_.batches(); }
     const ArenaPlan & plan() const { return plan_; }
     const SlotLayout & layout() const { return layout_; }
-
-    // Test-only faults that every verify check must catch (EPQ_FAULT=corrupt-slot|wrong-slot,
-    // EPQ_FAULT_AFTER=N): invert the first row of the Nth expert read, or from the Nth expert matmul on
-    // compute one selected expert from the wrong slot.
-    void inject_fault(const std::string & kind, uint64_t after);
 
 private:
     struct Use {  // one selected expert of the current op
@@ -191,11 +191,10 @@ private:
     uint32_t n_expert_ = 0;
     PagerStats stats_;
     void loaded(const LayerLayout & layer, SlotRef r);
+    // The slot an expert matmul reads: `slot`, unless a test build planted a fault.
     int32_t fault_slot(int32_t slot, uint32_t pool);
 
-    uint64_t corrupt_countdown_ = 0;
-    uint64_t wrong_slot_countdown_ = 0;
-    bool wrong_slot_active_ = false;
+    std::unique_ptr<PagerFaults> faults_;  // null outside the test executables
     // scratch for gathered rows (one buffer per chain node and input), slot and expert ids
     std::vector<std::vector<float>> rows_;
     std::vector<int32_t> idg_, expg_;

@@ -295,6 +295,12 @@ ggml_backend_buffer_type_t pager_buffer_type() {
     return &g_buft;
 }
 
+void check_attached_model_file() {
+    if (g_pager) {
+        g_pager->check_model_file();
+    }
+}
+
 void attach_pager(Pager * pager) {
     g_pager = pager;
     g_last_error.clear();

@@ -18,6 +18,8 @@ void register_pager_device();
 ggml_backend_buffer_type_t pager_buffer_type();
 // The pager that serves the next contexts' expert matmuls (nullptr to detach).
 void attach_pager(Pager * pager);
+// Pager::check_model_file on the attached pager (nothing when none is attached).
+void check_attached_model_file();
 // The last error the device hit while computing, or "" (llama.cpp only sees a status code).
 const char * pager_last_error();
 

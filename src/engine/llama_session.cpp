@@ -96,6 +96,10 @@ void LlamaSession::decode(const std::vector<llama_token> & tokens) {
             }
             throw Error("llama_decode failed (code " + std::to_string(rc) + ")");
         }
+        if (opts_.overrides) {
+            // Before anyone reads these logits: were they computed from one version of the file?
+            check_attached_model_file();
+        }
     }
 }
 

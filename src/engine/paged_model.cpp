@@ -14,13 +14,6 @@
 
 namespace epq {
 
-void apply_fault_env(Pager & pager) {
-    if (const char * fault = std::getenv("EPQ_FAULT"); fault && *fault) {
-        const char * after = std::getenv("EPQ_FAULT_AFTER");
-        pager.inject_fault(fault, after ? std::strtoull(after, nullptr, 10) : 1);
-    }
-}
-
 namespace {
 
 std::string regex_escape(const std::string & s) {
@@ -95,11 +88,6 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
         arena_reasoning_ = "--arena " + opts.arena;
     }
 
-    // Test-only fault switch: the Nth expert read from now fails with EIO.
-    if (const char * n = std::getenv("EPQ_INJECT_READ_ERROR_AFTER"); n && *n) {
-        DirectReader::inject_read_failure_after(std::strtoull(n, nullptr, 10));
-    }
-
     PagerOptions po;
     po.arena_bytes = arena;
     po.read_threads = opts.read_threads;
@@ -108,7 +96,6 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     po.trace_path = opts.trace_path;
     po.repack = opts.repack;
     pager_ = std::make_unique<Pager>(path, index_, po);
-    apply_fault_env(*pager_);
 
     register_pager_device();
     attach_pager(pager_.get());

@@ -52,9 +52,6 @@ private:
     std::vector<llama_model_tensor_buft_override> overrides_;
 };
 
-// Applies the test-only fault switch (EPQ_FAULT, EPQ_FAULT_AFTER) to a pager.
-void apply_fault_env(Pager & pager);
-
 // KV cache bytes for n_ctx tokens (F16 keys and values in every attention layer).
 uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx);
 

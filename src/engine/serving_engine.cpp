@@ -4,6 +4,7 @@
 #include "backend/pager_device.h"
 #include "engine/llama_session.h"
 #include "engine/text_stream.h"
+#include "util/error.h"
 
 #include "llama.h"
 
@@ -454,9 +455,19 @@ void ServingEngine::step() {
     const auto t0 = Clock::now();
     const int32_t rc = llama_decode(ctx, batch);
     const auto t1 = Clock::now();
-    if (rc != 0) {
-        const std::string why = pager_ && *pager_last_error() ? std::string(pager_last_error())
-                                                              : "llama_decode failed (code " + std::to_string(rc) + ")";
+    std::string changed;  // the model file changed under the batch: its logits are not to be used
+    if (rc == 0 && pager_) {
+        try {
+            pager_->check_model_file();
+        } catch (const Error & e) {
+            changed = e.what();
+        }
+    }
+    if (rc != 0 || !changed.empty()) {
+        const std::string why = !changed.empty() ? changed
+                                : pager_ && *pager_last_error()
+                                    ? std::string(pager_last_error())
+                                    : "llama_decode failed (code " + std::to_string(rc) + ")";
         for (auto & s : slots_) {
             if (s->task) {
                 fail(*s, why);

@@ -30,17 +30,6 @@ std::string arena_text(uint64_t bytes) {
     return bytes ? format_bytes(bytes) : "what the cap leaves";
 }
 
-// The faults a test plants travel to the child runs through the environment.
-std::vector<std::string> fault_env() {
-    std::vector<std::string> env;
-    for (const char * name : {"EPQ_FAULT", "EPQ_FAULT_AFTER"}) {
-        if (const char * v = std::getenv(name)) {
-            env.push_back(std::string(name) + "=" + v);
-        }
-    }
-    return env;
-}
-
 std::string memcap_script() {
     const std::string p = std::string(EPQ_SOURCE_DIR) + "/scripts/memcap.sh";
     if (access(p.c_str(), X_OK) != 0) {
@@ -55,7 +44,7 @@ struct Gen {
 };
 
 Gen generate(const VerifyOptions & o, int n, int threads, const std::vector<std::string> & mode,
-             const std::string & tag, bool with_faults) {
+             const std::string & tag) {
     const std::string logits = scratch_dir() + "/" + tag + ".logits";
     std::vector<std::string> args = {"run",
                                      "-m",
@@ -79,9 +68,9 @@ Gen generate(const VerifyOptions & o, int n, int threads, const std::vector<std:
     if (paged && !o.memcap.empty()) {
         // The paged process runs as on a smaller machine; the stock reference stays uncapped.
         args.insert(args.begin(), {o.memcap, "--", o.self_exe});
-        g.run = run_self(memcap_script(), args, with_faults ? fault_env() : std::vector<std::string>{});
+        g.run = run_self(memcap_script(), args);
     } else {
-        g.run = run_self(o.self_exe, args, with_faults ? fault_env() : std::vector<std::string>{});
+        g.run = run_self(o.self_exe, args);
     }
     if (g.run.exit_code != 0) {
         throw Error("epq " + tag + " failed: " +
@@ -102,10 +91,10 @@ CheckReport verify_generate(const VerifyOptions & o) {
     bool all_ok = true;
     nlohmann::json jcases = nlohmann::json::array();
     for (int threads : {1, 2}) {
-        const Gen stock = generate(o, n, threads, {"--no-pager"}, "stock-t" + std::to_string(threads), false);
+        const Gen stock = generate(o, n, threads, {"--no-pager"}, "stock-t" + std::to_string(threads));
         for (const auto & [name, bytes] : arenas(idx, !o.memcap.empty())) {
             const std::string tag = name + "-t" + std::to_string(threads);
-            const Gen paged = generate(o, n, threads, {"--arena", arena_arg(bytes)}, tag, true);
+            const Gen paged = generate(o, n, threads, {"--arena", arena_arg(bytes)}, tag);
             const bool tokens_same = paged.run.out == stock.run.out;
             const bool logits_same = paged.logits == stock.logits && !stock.logits.empty();
             // First step whose logits differ, for the report.
@@ -176,7 +165,7 @@ CheckReport verify_determinism(const VerifyOptions & o) {
             args.push_back("--preload");
         }
         const std::string name = size_name + (preload ? ", preloaded" : "");
-        const Gen g = generate(o, o.n_determinism, o.n_threads, args, "det" + std::to_string(i), true);
+        const Gen g = generate(o, o.n_determinism, o.n_threads, args, "det" + std::to_string(i));
         if (i == 0) {
             first = g.logits;
         }

@@ -233,7 +233,6 @@ CheckReport verify_kernel(const VerifyOptions & o) {
     po.repack = o.repack;
     Pager pager(o.model, idx, po);
     pager.set_n_threads(o.n_threads);
-    apply_fault_env(pager);
 
     KernelInput in;
     Rng rng(1234);
