@@ -2,6 +2,7 @@
 // the pool keeps order-independent results; errors and truncation are reported, never hidden.
 #include "faults/planted_faults.h"
 #include "io/read_pool.h"
+#include "util/mapping.h"
 #include "test_util.h"
 #include "util/error.h"
 
@@ -14,6 +15,8 @@
 #include <atomic>
 #include <memory>
 #include <random>
+#include <fstream>
+#include <cstdio>
 
 using namespace epq;
 using namespace epq::test;
@@ -254,4 +257,41 @@ TEST(DirectReader, IoErrorsAreRetriedTwiceThenReported) {
         }
     }
     faults::plant_io_fault({});
+}
+
+namespace {
+bool mapped(const void * p) {
+    std::ifstream maps("/proc/self/maps");
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    for (std::string line; std::getline(maps, line);) {
+        unsigned long long b = 0, e = 0;
+        if (std::sscanf(line.c_str(), "%llx-%llx", &b, &e) == 2 && at >= b && at < e) {
+            return true;
+        }
+    }
+    return false;
+}
+}  // namespace
+
+TEST(Mapping, UnmapsWhenItsOwnerGoesAndMovesWithoutCopying) {
+    uint8_t * p = nullptr;
+    {
+        Mapping a = Mapping::anonymous(1 << 20, "a test");
+        p = a.data();
+        p[12345] = 7;
+        ASSERT_TRUE(mapped(p));
+        Mapping b = std::move(a);
+        EXPECT_EQ(a.data(), nullptr);
+        EXPECT_EQ(b.data(), p);
+        EXPECT_EQ(b.size(), 1u << 20);
+        EXPECT_EQ(b.data()[12345], 7);
+        EXPECT_TRUE(mapped(p));
+    }
+    EXPECT_FALSE(mapped(p));
+    try {
+        Mapping::anonymous(size_t{1} << 62, "a test");
+        FAIL() << "an impossible reservation succeeded";
+    } catch (const Error & e) {
+        EXPECT_NE(std::string(e.what()).find("cannot reserve"), std::string::npos) << e.what();
+    }
 }

@@ -60,19 +60,9 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
       prefetch_(opts.prefetch, layout_.layers.size(), 64ull << 20, 0.3),
       activity_(layout_.layers.size(), index.n_expert) {
     for (const auto & p : plan_.pools) {
-        const size_t bytes = static_cast<size_t>(p.slot_bytes) * p.n_slots;
-        uint8_t * mem = nullptr;
-        if (bytes > 0) {
-            void * m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-            if (m == MAP_FAILED) {
-                throw Error("cannot reserve " + format_bytes(bytes) + " for the expert arena: " + std::strerror(errno));
-            }
-            mem = static_cast<uint8_t *>(m);
-        }
-        pool_mem_.push_back(mem);
-        pool_bytes_.push_back(bytes);
+        pools_.push_back(Mapping::anonymous(static_cast<size_t>(p.slot_bytes) * p.n_slots, "the expert arena"));
     }
-    cpu_ = ggml_backend_cpu_init();
+    cpu_.reset(ggml_backend_cpu_init());
     if (!cpu_) {
         throw Error("cannot initialise ggml's CPU backend for the expert matmuls");
     }
@@ -112,9 +102,9 @@ Pager::Pager(const std::string & model_path, const ExpertIndex & index, const Pa
     populate_ = std::thread([this]() {
         setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
         constexpr size_t kChunk = 4u << 20;  // short holds of the mm lock: mmap() elsewhere waits on it
-        for (size_t p = 0; p < pool_mem_.size(); ++p) {
-            for (size_t at = 0; at < pool_bytes_[p] && !stop_populate_.load(); at += kChunk) {
-                if (madvise(pool_mem_[p] + at, std::min(kChunk, pool_bytes_[p] - at), kMadvPopulateWrite) != 0) {
+        for (const Mapping & pool : pools_) {
+            for (size_t at = 0; at < pool.size() && !stop_populate_.load(); at += kChunk) {
+                if (madvise(pool.data() + at, std::min(kChunk, pool.size() - at), kMadvPopulateWrite) != 0) {
                     return;  // not supported by this kernel (before 5.14): pages fault in on first use
                 }
             }
@@ -128,16 +118,9 @@ Pager::~Pager() {
         populate_.join();
     }
     drain_prefetch();
-    // Reads still queued or in flight write into the arena: they land before it is unmapped.
+    // Reads still queued or in flight write into the arena: they land before it is unmapped
+    // (pools_ goes after this, with the other members).
     reads_.join();
-    if (cpu_) {
-        ggml_backend_free(cpu_);
-    }
-    for (size_t i = 0; i < pool_mem_.size(); ++i) {
-        if (pool_mem_[i]) {
-            munmap(pool_mem_[i], pool_bytes_[i]);
-        }
-    }
 }
 
 bool Pager::serves(const ggml_tensor * t) const {
@@ -146,11 +129,11 @@ bool Pager::serves(const ggml_tensor * t) const {
 
 void Pager::set_n_threads(int n) {
     n_threads_ = n > 0 ? n : 1;
-    ggml_backend_cpu_set_n_threads(cpu_, n_threads_);
+    ggml_backend_cpu_set_n_threads(cpu_.get(), n_threads_);
 }
 
 uint8_t * Pager::slot_ptr(SlotRef r) const {
-    return pool_mem_[r.pool] + static_cast<uint64_t>(r.slot) * plan_.pools[r.pool].slot_bytes;
+    return pools_[r.pool].data() + static_cast<uint64_t>(r.slot) * plan_.pools[r.pool].slot_bytes;
 }
 
 std::shared_ptr<Ticket> Pager::load(const LayerLayout & layer, int32_t expert, SlotRef r) {
@@ -611,15 +594,24 @@ void Pager::drain_prefetch() noexcept {
 
 void Pager::release(std::vector<Use> & uses) noexcept {
     for (auto & u : uses) {
-        if (u.ticket && !arena_.is_ready(u.ref)) {
-            // Let an in-flight read finish before the slot can be handed out again.
-            try {
-                u.ticket->wait();
-            } catch (...) {
+        try {
+            if (u.ticket && !arena_.is_ready(u.ref)) {
+                // Let an in-flight read finish before the slot can be handed out again; its
+                // error, if any, reached (or will reach) whoever waited for it to compute.
+                try {
+                    u.ticket->wait();
+                } catch (const Error &) {
+                }
+                arena_.failed(u.ref);
             }
-            arena_.failed(u.ref);
+            arena_.unpin(u.ref);
+        } catch (const std::exception & e) {
+            // A broken arena invariant (or no memory for its queues): this runs while unwinding
+            // and in destructors, so the error waits for the next compute, which throws it.
+            if (deferred_error_.empty()) {
+                deferred_error_ = std::string("internal: releasing an expert slot failed: ") + e.what();
+            }
         }
-        arena_.unpin(u.ref);
     }
     uses.clear();
 }

@@ -10,6 +10,7 @@
 #include "arena/slot_arena.h"
 #include "backend/expert_repack.h"
 #include "backend/pager_faults.h"
+#include "util/mapping.h"
 #include "backend/router_predictor.h"
 #include "gguf/expert_index.h"
 #include "gguf/slot_layout.h"
@@ -182,11 +183,13 @@ private:
     ArenaPlan plan_;
     SlotArena arena_;
     ExpertRepack repack_;
-    std::vector<uint8_t *> pool_mem_;
-    std::vector<size_t> pool_bytes_;
+    std::vector<Mapping> pools_;  // one per slot size; before reads_, so it is unmapped after the reads end
     DirectReader reader_;
     mutable ReadPool reads_;
-    ggml_backend_t cpu_ = nullptr;
+    struct BackendFree {
+        void operator()(ggml_backend_t b) const { ggml_backend_free(b); }
+    };
+    std::unique_ptr<ggml_backend, BackendFree> cpu_;
     int n_threads_ = 1;
     uint32_t n_expert_ = 0;
     PagerStats stats_;
@@ -195,6 +198,7 @@ private:
     int32_t fault_slot(int32_t slot, uint32_t pool);
 
     std::unique_ptr<PagerFaults> faults_;  // null outside the test executables
+    std::string deferred_error_;           // from release(), which must not throw: raised by compute()
     // scratch for gathered rows (one buffer per chain node and input), slot and expert ids
     std::vector<std::vector<float>> rows_;
     std::vector<int32_t> idg_, expg_;

@@ -42,6 +42,9 @@ bool Pager::extends_chain(const std::vector<ggml_tensor *> & chain, const ggml_t
 }
 
 void Pager::compute(ggml_cgraph * graph) {
+    if (!deferred_error_.empty()) {
+        throw Error(deferred_error_);
+    }
     ScopedTimer timer(stats_.pager_seconds);
     const int n = ggml_graph_n_nodes(graph);
     int i = 0;
@@ -123,7 +126,7 @@ void Pager::compute_node_on_cpu(ggml_cgraph * graph, int i) {
     ggml_context * ctx = ggml_init(ip);
     ggml_cgraph * one = ggml_new_graph_custom(ctx, 1, false);
     ggml_graph_add_node(one, ggml_graph_node(graph, i));
-    const ggml_status st = ggml_backend_graph_compute(cpu_, one);
+    const ggml_status st = ggml_backend_graph_compute(cpu_.get(), one);
     ++stats_.graph_computes;
     ggml_free(ctx);
     if (st != GGML_STATUS_SUCCESS) {
@@ -283,7 +286,7 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
                 layout_.find(weight_base(c->src[0])->name, &m);
                 const ggml_tensor * wsrc = c->src[0];
                 ggml_tensor * wt = ggml_new_tensor_3d(ctx, wsrc->type, wsrc->ne[0], wsrc->ne[1], w.n_slots);
-                wt->data = pool_mem_[pool] + w.first_slot * slot_bytes + m->slot_offset;
+                wt->data = pools_[pool].data() + w.first_slot * slot_bytes + m->slot_offset;
                 wt->nb[2] = slot_bytes;
                 wt->nb[3] = wt->nb[2] * static_cast<size_t>(wt->ne[2]);
                 repack_.tag(wt, *m);
@@ -311,7 +314,7 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
     }
     const auto t_compute = std::chrono::steady_clock::now();
     stats_.gather_seconds += std::chrono::duration<double>(t_compute - t0).count();
-    const ggml_status st = ggml_backend_graph_compute(cpu_, gf);
+    const ggml_status st = ggml_backend_graph_compute(cpu_.get(), gf);
     ++stats_.graph_computes;
     ggml_free(ctx);
     const auto t_scatter = std::chrono::steady_clock::now();

@@ -85,7 +85,7 @@ Pager::ExpertForward Pager::expert_forward(int layer_no, int32_t expert, const s
         auto weights = [&](const MatrixPlacement & m) {
             ggml_tensor * w =
                 ggml_new_tensor_3d(ctx, static_cast<ggml_type>(m.type), m.n_in, m.n_out, plan_.pools[pool].n_slots);
-            w->data = pool_mem_[pool] + m.slot_offset;
+            w->data = pools_[pool].data() + m.slot_offset;
             w->nb[2] = plan_.pools[pool].slot_bytes;
             w->nb[3] = w->nb[2] * static_cast<size_t>(w->ne[2]);
             repack_.tag(w, m);
@@ -138,7 +138,7 @@ Pager::ExpertForward Pager::expert_forward(int layer_no, int32_t expert, const s
                 n->data = scratch.back().data();
             }
         }
-        const ggml_status st = ggml_backend_graph_compute(cpu_, gf);
+        const ggml_status st = ggml_backend_graph_compute(cpu_.get(), gf);
         ggml_free(ctx);
         if (st != GGML_STATUS_SUCCESS) {
             throw Error("the CPU expert forward failed");

@@ -19,17 +19,14 @@ RouterPredictor::RouterPredictor(const std::string & path, const ExpertIndex & i
         why_ = "cannot open the model file";
         return;
     }
-    map_len_ = file.file_size();
-    void * m = mmap(nullptr, map_len_, PROT_READ, MAP_SHARED, fd, 0);
+    map_ = Mapping::read_only(fd, file.file_size());
     ::close(fd);
-    if (m == MAP_FAILED) {
-        map_ = nullptr;
+    if (!map_.data()) {
         why_ = "cannot map the model file";
         return;
     }
-    map_ = m;
-    madvise(map_, map_len_, MADV_RANDOM);
-    const auto base = static_cast<const uint8_t *>(map_);
+    madvise(map_.data(), map_.size(), MADV_RANDOM);
+    const uint8_t * base = map_.data();
     for (const auto & layer : index.layers) {
         const std::string prefix = "blk." + std::to_string(layer.layer) + ".";
         const TensorInfo * w = file.find_tensor(prefix + "ffn_gate_inp.weight");
@@ -55,11 +52,7 @@ RouterPredictor::RouterPredictor(const std::string & path, const ExpertIndex & i
     }
 }
 
-RouterPredictor::~RouterPredictor() {
-    if (map_) {
-        munmap(map_, map_len_);
-    }
-}
+RouterPredictor::~RouterPredictor() = default;
 
 std::vector<uint32_t> RouterPredictor::predict(int layer, const float * x, int64_t n_embd) const {
     auto it = routers_.find(layer);

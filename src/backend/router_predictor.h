@@ -6,6 +6,7 @@
 #pragma once
 
 #include "gguf/expert_index.h"
+#include "util/mapping.h"
 
 #include "ggml.h"
 
@@ -38,8 +39,7 @@ private:
         int64_t n_embd = 0;
         const float * selection_bias = nullptr;  // exp_probs_b: added to sigmoid scores
     };
-    void * map_ = nullptr;
-    size_t map_len_ = 0;
+    Mapping map_;
     bool available_ = false;
     std::string why_;
     uint32_t n_expert_ = 0, k_ = 0;
