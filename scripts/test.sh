@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Quick start 2: set up, build and run the whole test suite, then again under ASan+UBSan, and
-# the threaded parts (synthesizer writer, read pool) under TSan. `--fast` skips the sanitizer builds.
+# Quick start 2: set up, build and run the whole test suite, then again under ASan+UBSan, a
+# minute of fuzzing, and the threaded parts under TSan. `--fast` skips the sanitizer builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +34,8 @@ if ((fast == 0)); then
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -j "$jobs" --output-on-failure)
   rm -rf build-asan/tests/models
+  echo "test: fuzzing GGUF parsing and the expert index (60 s, libFuzzer)"
+  scripts/fuzz.sh 60
   echo "test: TSan build (threaded parts)"
   scripts/setup.sh build-tsan -DEPQ_SANITIZE=thread
   (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j "$jobs" --output-on-failure -R '^(Synth|ReadPool|DirectReader)\.')

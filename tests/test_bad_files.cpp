@@ -212,3 +212,27 @@ TEST(BadFiles, MissingExpertUsedCount) {
     EXPECT_NE(err.find("expert_used_count is missing"), std::string::npos) << err;
     expect_cli_error(path, "expert_used_count");
 }
+
+// Each input the fuzzer (tests/fuzz) found a crash or a wrong answer with, kept in its corpus:
+// `epq inspect` names the problem and exits 1, in text and in JSON.
+TEST(BadFiles, FuzzFindingsEndInOneClearError) {
+    const std::string dir = std::string(EPQ_SOURCE_DIR) + "/tests/fuzz/corpus";
+    const CommandResult ls = run_command({"bash", "-c", "ls '" + dir + "' | grep '^regress-'"});
+    ASSERT_EQ(ls.exit_code, 0) << "no regress-* inputs in " << dir;
+    size_t n = 0;
+    for (size_t at = 0, end; (end = ls.out.find('\n', at)) != std::string::npos; at = end + 1) {
+        const std::string path = dir + "/" + ls.out.substr(at, end - at);
+        for (const bool json : {false, true}) {
+            std::vector<std::string> args = {"inspect", path};
+            if (json) {
+                args.push_back("--json");
+            }
+            const CommandResult r = run_epq(args);
+            EXPECT_EQ(r.exit_code, 1) << path << "\n" << r.out << r.err;
+            EXPECT_NE(r.err.find("epq: error: "), std::string::npos) << path << "\n" << r.err;
+            EXPECT_EQ(r.err.find("internal"), std::string::npos) << path << "\n" << r.err;
+        }
+        ++n;
+    }
+    EXPECT_GE(n, 7u);
+}

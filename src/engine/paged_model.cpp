@@ -60,7 +60,14 @@ uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx) {
     const int64_t n_head_kv = file.get_int(a + ".attention.head_count_kv").value_or(n_head);
     const int64_t k = file.get_int(a + ".attention.key_length").value_or(n_embd / n_head);
     const int64_t v = file.get_int(a + ".attention.value_length").value_or(n_embd / n_head);
-    return static_cast<uint64_t>(n_layer * n_head_kv * (k + v) * 2) * n_ctx;
+    // Metadata comes from the file: a hostile one must not overflow this into a small number.
+    uint64_t bytes = 2 * static_cast<uint64_t>(n_ctx);
+    for (const int64_t f : {n_layer, n_head_kv, k + v}) {
+        if (f < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(f), &bytes)) {
+            return UINT64_MAX;
+        }
+    }
+    return bytes;
 }
 
 PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts) {

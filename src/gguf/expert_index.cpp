@@ -61,6 +61,14 @@ ExpertIndex ExpertIndex::build(const GgufFile & file) {
     if (idx.arch.empty()) {
         throw Error(file.path() + ": no general.architecture in the GGUF metadata; not a llama.cpp model");
     }
+    // llama.cpp's architecture names are printable ASCII. Any other byte would go on into key
+    // names, messages and the inspect report's JSON (which refuses text that is not UTF-8).
+    for (const char c : idx.arch) {
+        if (c <= ' ' || c > '~') {
+            throw Error(file.path() + ": general.architecture is not an architecture name (it holds bytes outside " +
+                        "printable ASCII); not a llama.cpp model");
+        }
+    }
     const auto n_layer = file.get_int(idx.arch + ".block_count");
     const auto n_expert = file.get_int(idx.arch + ".expert_count");
     const auto n_used = file.get_int(idx.arch + ".expert_used_count");
@@ -73,6 +81,18 @@ ExpertIndex ExpertIndex::build(const GgufFile & file) {
             idx.dense_bytes += t.nbytes;
             continue;
         }
+        // A stack with no elements has no experts to page (and slots of 0 bytes).
+        if (t.ne[0] == 0 || t.ne[1] == 0 || t.ne[2] == 0) {
+            throw Error(file.path() + ": expert tensor '" + t.name + "' is empty (shape [" + std::to_string(t.ne[0]) +
+                        ", " + std::to_string(t.ne[1]) + ", " + std::to_string(t.ne[2]) + "]); the file is corrupt");
+        }
+        // llama.cpp names layers blk.%d: a number of more digits than an int holds is no layer
+        // (and std::stoi would throw std::out_of_range rather than say so).
+        const std::string digits = m[1].str();
+        if (digits.size() > 9) {
+            throw Error(file.path() + ": expert tensor '" + t.name + "' names layer " + digits +
+                        ", more than any model has; the file is corrupt");
+        }
         ExpertTensor e;
         e.name = t.name;
         e.kind = matrix_kind(m[2].str());
@@ -82,7 +102,7 @@ ExpertIndex ExpertIndex::build(const GgufFile & file) {
         }
         e.expert_stride = t.nb[2];
         e.file_offset = t.file_offset;
-        const int il = std::stoi(m[1].str());
+        const int il = std::stoi(digits);
         auto & layer = by_layer[il];
         layer.layer = il;
         layer.expert_bytes += e.expert_stride;
@@ -95,6 +115,11 @@ ExpertIndex ExpertIndex::build(const GgufFile & file) {
                     "' has no routed expert tensors blk.N.ffn_*_exps.weight" +
                     (n_expert ? "" : " and no " + idx.arch + ".expert_count") +
                     "); run it with stock llama.cpp instead");
+    }
+    // Expert counts are 32-bit everywhere past this point: a larger one would wrap.
+    if (*n_expert > static_cast<int64_t>(UINT32_MAX)) {
+        throw Error(file.path() + ": " + idx.arch + ".expert_count is " + std::to_string(*n_expert) +
+                    ", more than the 4294967295 experts a layer can have; the file is corrupt");
     }
     idx.n_expert = static_cast<uint32_t>(*n_expert);
     if (!n_used || *n_used <= 0 || *n_used > *n_expert) {

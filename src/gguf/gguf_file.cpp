@@ -44,6 +44,15 @@ struct LogCapture {
         if (colon != std::string::npos && line.find(' ') > colon) {
             line = line.substr(colon + 2);
         }
+        // ggml quotes key names, which a file can make as long as it likes, and the regexes in
+        // explain_parse_failure recurse once per character (std::regex): a long enough line
+        // overflowed the stack. Every message worth explaining is short (tensor names are
+        // under GGML_MAX_NAME bytes).
+        constexpr size_t kMaxLine = 512;
+        if (line.size() > kMaxLine) {
+            line.resize(kMaxLine);
+            line += "...";
+        }
         if (!line.empty()) {
             static_cast<LogCapture *>(user)->errors.push_back(line);
         }
@@ -78,6 +87,32 @@ std::string explain_parse_failure(const std::string & path, const std::vector<st
     }
     std::string detail = errors.empty() ? "ggml's GGUF parser rejected it" : errors.front();
     return path + ": corrupt or truncated GGUF header (" + detail + ")";
+}
+
+std::string shape_str(const int64_t * ne) {
+    std::string s = "[";
+    for (int d = 0; d < GGML_MAX_DIMS; ++d) {
+        s += (d ? ", " : "") + std::to_string(ne[d]);
+    }
+    return s + "]";
+}
+
+// Whether a tensor's type and shape give exactly `nbytes`, counted without overflow. ggml checks
+// that the element count fits in 64 bits only when its own (overflowing) product comes out
+// positive, so a shape of 2^64 elements passes with a wrapped byte size, often 0.
+bool size_matches_shape(ggml_type type, const int64_t * ne, uint64_t nbytes) {
+    const int64_t blck = ggml_blck_size(type);
+    if (blck <= 0 || ne[0] < 0 || ne[0] % blck != 0) {
+        return false;
+    }
+    uint64_t bytes = 0;
+    int64_t elements = ne[0];
+    bool overflow = __builtin_mul_overflow(static_cast<uint64_t>(ne[0] / blck), ggml_type_size(type), &bytes);
+    for (int d = 1; d < GGML_MAX_DIMS; ++d) {
+        overflow = overflow || ne[d] < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(ne[d]), &bytes) ||
+                   __builtin_mul_overflow(elements, ne[d], &elements);
+    }
+    return !overflow && bytes == nbytes;
 }
 
 }  // namespace
@@ -154,11 +189,19 @@ GgufFile GgufFile::open(const std::string & path) {
             t.nb[d] = t.nb[d - 1] * static_cast<uint64_t>(t.ne[d - 1]);
         }
         t.nbytes = gguf_get_tensor_size(raw, i);
+        if (!size_matches_shape(t.type, t.ne, t.nbytes)) {
+            throw Error(path + ": tensor '" + t.name + "' has shape " + shape_str(t.ne) + ", too large for a " +
+                        ggml_type_name(t.type) + " tensor's size to be counted in 64 bits; the file is corrupt");
+        }
         t.file_offset = f.data_offset_ + gguf_get_tensor_offset(raw, i);
-        if (t.file_offset + t.nbytes > f.file_size_) {
+        // Compared without adding: a size near 2^64 would wrap the end back inside the file.
+        if (t.nbytes > f.file_size_ || t.file_offset > f.file_size_ - t.nbytes) {
+            uint64_t end = 0;
+            const bool wraps = __builtin_add_overflow(t.file_offset, t.nbytes, &end);
             throw Error(path + ": truncated: tensor '" + t.name + "' (" + ggml_type_name(t.type) + ", " +
-                        format_bytes(t.nbytes) + ") ends at byte " + std::to_string(t.file_offset + t.nbytes) +
-                        " but the file has only " + std::to_string(f.file_size_) +
+                        format_bytes(t.nbytes) + ") ends " +
+                        (wraps ? "past byte 2^64" : "at byte " + std::to_string(end)) + " but the file has only " +
+                        std::to_string(f.file_size_) +
                         " bytes; the download or copy is incomplete, fetch or generate it again");
         }
         f.tensors_.push_back(std::move(t));

@@ -23,7 +23,7 @@ Handler add_inspect(CLI::App & app) {
         const GgufFile file = GgufFile::open(o->model);
         const ExpertIndex idx = ExpertIndex::build(file);
         if (o->json) {
-            std::cout << inspect_json(file, idx).dump(2) << "\n";
+            std::cout << inspect_json(file, idx).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         } else {
             std::cout << inspect_text(file, idx, o->layers);
         }
