@@ -628,8 +628,40 @@ int32_t Pager::fault_slot(int32_t slot, uint32_t pool) {
     return faults_ ? static_cast<int32_t>(faults_->slot(static_cast<uint32_t>(slot), plan_.pools[pool].n_slots)) : slot;
 }
 
+uint64_t Pager::scratch_bound(const ExpertIndex & index, uint32_t n_batch) {
+    // Per (token, selected expert) entry of a layer's batch, in floats: the gathered input row
+    // (n_in of the first matrix), every chain node's output row (gate, up, their biases and
+    // activation: n_out of gate/up each; down, its bias and the weighting: n_out of down each),
+    // the staged copy of the chain's output, and ggml's work buffer, which holds the quantized
+    // input of the largest matmul (at most a float per value).
+    uint64_t per_entry = 0;
+    for (const auto & l : index.layers) {
+        uint64_t in = 0, mid = 0, out = 0;
+        for (const auto & t : l.tensors) {
+            if (t.kind == "down") {
+                out = std::max<uint64_t>(out, static_cast<uint64_t>(t.ne[1]));
+                mid = std::max<uint64_t>(mid, static_cast<uint64_t>(t.ne[0]));
+            } else {
+                in = std::max<uint64_t>(in, static_cast<uint64_t>(t.ne[0]));
+                mid = std::max<uint64_t>(mid, static_cast<uint64_t>(t.ne[1]));
+            }
+        }
+        per_entry = std::max(per_entry, in * 2 + mid * 8 + out * 5);  // a node or two to spare
+    }
+    const uint64_t entries = static_cast<uint64_t>(std::max<uint32_t>(n_batch, 1)) * index.n_expert_used;
+    // Graph contexts: a few dozen nodes per expert window, and slack for allocator rounding.
+    return entries * per_entry * sizeof(float) + static_cast<uint64_t>(index.n_expert) * 32 * 1024 + (4ull << 20);
+}
+
 PagerStats Pager::stats() const {
     PagerStats s = stats_;
+    s.scratch_bytes = work_bytes_ + ctx_mem_.capacity();
+    for (const auto & v : rows_) {
+        s.scratch_bytes += v.capacity() * sizeof(float);
+    }
+    for (const auto & v : staged_) {
+        s.scratch_bytes += v.capacity() * sizeof(float);
+    }
     const auto & c = arena_.counters();
     s.misses = c.misses;
     // Speculative reads are not misses of a lookup: an expert read early and then used was

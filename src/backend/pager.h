@@ -64,11 +64,14 @@ struct PagerStats {
     uint64_t solo_experts = 0;         // expert groups computed in a node of their own (kernel_paths.h)
     uint64_t repacked_matrices = 0;    // expert matrices per expert held in the repacked layout (0: -nr)
     double repack_seconds = 0.0;       // rewriting read experts in that layout, summed over read threads
-    double read_busy_seconds = 0.0;    // summed over read threads
-    double read_wall_seconds = 0.0;    // with at least one read in flight
-    double read_cpu_seconds = 0.0;     // CPU the read threads spent on the reads themselves
-    double wait_seconds = 0.0;         // compute stalled on reads
-    double compute_seconds = 0.0;      // ggml computing the expert nodes (matmuls and what lies between)
+    // Memory the pager holds besides the arena, at its peak: gathered rows, staged outputs, graph
+    // contexts and ggml's work buffer for the expert matmuls (which grows and never shrinks).
+    uint64_t scratch_bytes = 0;
+    double read_busy_seconds = 0.0;  // summed over read threads
+    double read_wall_seconds = 0.0;  // with at least one read in flight
+    double read_cpu_seconds = 0.0;   // CPU the read threads spent on the reads themselves
+    double wait_seconds = 0.0;       // compute stalled on reads
+    double compute_seconds = 0.0;    // ggml computing the expert nodes (matmuls and what lies between)
     // Where the rest of the pager's time goes, each on its own clock, so that pager_seconds minus
     // all of them is what nothing accounts for.
     double pager_seconds = 0.0;       // wall time in the graph splits the pager computes
@@ -135,6 +138,9 @@ public:
     // Call on the thread that runs the model, between batches.
     std::vector<std::string> activity_cells() const;
     uint64_t resident_experts() const;
+    // Bytes the pager may hold besides the arena for a batch of `n_batch` tokens (an upper bound
+    // of PagerStats::scratch_bytes): what --arena auto sets aside for it.
+    static uint64_t scratch_bound(const ExpertIndex & index, uint32_t n_batch);
     EvictionPolicy policy() const { return arena_.policy(); }
     uint64_t activity_batches() const { return activity_.batches(); }
     const ArenaPlan & plan() const { return plan_; }
@@ -204,6 +210,7 @@ private:
     std::vector<int32_t> idg_, expg_;
     std::vector<std::vector<float>> staged_;  // per chain node read outside the chain: its rows
     std::vector<uint8_t> ctx_mem_;
+    uint64_t work_bytes_ = 0;  // the largest work buffer ggml's CPU backend took for the pager's graphs
     std::thread populate_;
     std::atomic<bool> stop_populate_{false};
     std::unique_ptr<TraceWriter> trace_;

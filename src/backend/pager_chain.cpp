@@ -314,6 +314,8 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
     }
     const auto t_compute = std::chrono::steady_clock::now();
     stats_.gather_seconds += std::chrono::duration<double>(t_compute - t0).count();
+    // The CPU backend keeps a work buffer as large as its largest plan: counted as scratch.
+    work_bytes_ = std::max<uint64_t>(work_bytes_, ggml_graph_plan(gf, n_threads_, nullptr).work_size);
     const ggml_status st = ggml_backend_graph_compute(cpu_.get(), gf);
     ++stats_.graph_computes;
     ggml_free(ctx);

@@ -15,7 +15,14 @@ namespace epq {
 namespace {
 
 Pager * g_pager = nullptr;
+// Written on the thread that computes, read by llama.cpp's log callback on any thread.
+std::mutex g_error_mu;
 std::string g_last_error;
+
+void set_last_error(std::string e) {
+    std::lock_guard<std::mutex> lock(g_error_mu);
+    g_last_error = std::move(e);
+}
 
 // ---- buffer: address space only ------------------------------------------------------------
 
@@ -128,13 +135,13 @@ void backend_free(ggml_backend_t backend) {
 
 ggml_status backend_graph_compute(ggml_backend_t, ggml_cgraph * cgraph) {
     if (!g_pager) {
-        g_last_error = "expert matmul with no pager attached";
+        set_last_error("expert matmul with no pager attached");
         return GGML_STATUS_FAILED;
     }
     try {
         g_pager->compute(cgraph);
     } catch (const std::exception & e) {
-        g_last_error = e.what();
+        set_last_error(e.what());
         return GGML_STATUS_FAILED;
     }
     return GGML_STATUS_SUCCESS;
@@ -303,11 +310,12 @@ void check_attached_model_file() {
 
 void attach_pager(Pager * pager) {
     g_pager = pager;
-    g_last_error.clear();
+    set_last_error("");
 }
 
-const char * pager_last_error() {
-    return g_last_error.c_str();
+std::string pager_last_error() {
+    std::lock_guard<std::mutex> lock(g_error_mu);
+    return g_last_error;
 }
 
 }  // namespace epq

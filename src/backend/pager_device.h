@@ -8,6 +8,8 @@
 
 #include "ggml-backend.h"
 
+#include <string>
+
 namespace epq {
 
 class Pager;
@@ -21,6 +23,6 @@ void attach_pager(Pager * pager);
 // Pager::check_model_file on the attached pager (nothing when none is attached).
 void check_attached_model_file();
 // The last error the device hit while computing, or "" (llama.cpp only sees a status code).
-const char * pager_last_error();
+std::string pager_last_error();
 
 }  // namespace epq

@@ -9,7 +9,9 @@ namespace epq {
 
 namespace {
 
-ggml_log_level g_last_level = GGML_LOG_LEVEL_NONE;
+// A message and its CONT lines come from one thread; several threads log at once (ggml's repack
+// from the read threads, llama.cpp from the main one).
+thread_local ggml_log_level g_last_level = GGML_LOG_LEVEL_NONE;
 
 void quiet_logger(ggml_log_level level, const char * text, void *) {
     // CONT lines continue the previous message at its level.
@@ -19,7 +21,7 @@ void quiet_logger(ggml_log_level level, const char * text, void *) {
         g_last_level = level;
     }
     // When the pager failed, its own message says why; llama.cpp's follow-up errors only repeat it.
-    if (level == GGML_LOG_LEVEL_ERROR && *pager_last_error() == '\0') {
+    if (level == GGML_LOG_LEVEL_ERROR && pager_last_error().empty()) {
         std::fprintf(stderr, "llama.cpp: %s", text);
     }
 }

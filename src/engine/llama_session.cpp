@@ -91,8 +91,8 @@ void LlamaSession::decode(const std::vector<llama_token> & tokens) {
         llama_batch batch = llama_batch_get_one(const_cast<llama_token *>(tokens.data() + i), static_cast<int32_t>(n));
         const int32_t rc = llama_decode(ctx_, batch);
         if (rc != 0) {
-            if (opts_.overrides && *pager_last_error()) {
-                throw Error(pager_last_error());
+            if (std::string why = pager_last_error(); opts_.overrides && !why.empty()) {
+                throw Error(why);
             }
             throw Error("llama_decode failed (code " + std::to_string(rc) + ")");
         }

@@ -90,27 +90,49 @@ MemoryAvailable available_memory() {
     return m;
 }
 
-ArenaSizing auto_arena(const MemoryAvailable & mem, uint64_t dense_bytes, uint64_t kv_bytes, uint64_t compute_bytes,
-                       uint64_t min_arena) {
-    // What the estimates above miss (the vocabulary, the pager's and ggml's scratch, thread
-    // stacks: ~300 MiB on a 35B model) plus room to spare. A memory cgroup reclaims only at its
-    // limit, and an arena that filled it slowed a capped 64-token prefill from 11 s to 37 s (the
-    // 35B preset under 8 GiB: expert reads at 475 MiB/s instead of 1.9 GiB/s).
-    const uint64_t headroom = std::max<uint64_t>(64ull << 20, mem.bytes / 16);
-    const uint64_t reserved = dense_bytes + kv_bytes + compute_bytes + headroom;
+namespace {
+
+uint64_t sum(const MemoryNeeds & n) {
+    return n.dense + n.kv + n.compute + n.pager_scratch;
+}
+
+std::string itemize(const MemoryAvailable & mem, const MemoryNeeds & n) {
     std::ostringstream why;
     why << "available " << format_bytes(mem.bytes) << " (" << mem.source << ") - dense weights "
-        << format_bytes(dense_bytes) << " - KV cache " << format_bytes(kv_bytes) << " - compute buffers "
-        << format_bytes(compute_bytes) << " - headroom " << format_bytes(headroom);
+        << format_bytes(n.dense) << " - KV cache " << format_bytes(n.kv) << " - compute buffers "
+        << format_bytes(n.compute) << " - pager scratch " << format_bytes(n.pager_scratch);
+    return why.str();
+}
+
+}  // namespace
+
+ArenaSizing auto_arena(const MemoryAvailable & mem, const MemoryNeeds & needs, uint64_t min_arena) {
+    // What the estimates above miss (the vocabulary, thread stacks, allocator slack) plus room to
+    // spare. A memory cgroup reclaims only at its limit, and an arena that filled it slowed a
+    // capped 64-token prefill from 11 s to 37 s (the 35B preset under 8 GiB: expert reads at
+    // 475 MiB/s instead of 1.9 GiB/s).
+    const uint64_t headroom = std::max<uint64_t>(64ull << 20, mem.bytes / 16);
+    const uint64_t reserved = sum(needs) + headroom;
+    const std::string why = itemize(mem, needs) + " - headroom " + format_bytes(headroom);
     if (mem.bytes < reserved + min_arena) {
-        throw Error("not enough memory for the arena: " + why.str() + " leaves less than the minimum arena of " +
-                    format_bytes(min_arena) + "; free memory, lower -c, or pass --arena explicitly");
+        throw Error("not enough memory for the arena: " + why + " leaves less than the minimum arena of " +
+                    format_bytes(min_arena) + "; free memory, lower -c or -b, or pass --arena explicitly");
     }
     ArenaSizing s;
     s.arena_bytes = mem.bytes - reserved;
-    why << " = " << format_bytes(s.arena_bytes);
-    s.reasoning = why.str();
+    s.reasoning = why + " = " + format_bytes(s.arena_bytes);
     return s;
+}
+
+void check_arena_fits(const MemoryAvailable & mem, const MemoryNeeds & needs, uint64_t arena,
+                      const std::string & flag) {
+    const uint64_t rest = sum(needs);
+    if (arena <= mem.bytes && rest <= mem.bytes - arena) {
+        return;
+    }
+    const uint64_t room = mem.bytes > rest ? mem.bytes - rest : 0;
+    throw Error(flag + " (" + format_bytes(arena) + ") does not fit: " + itemize(mem, needs) + " leaves " +
+                format_bytes(room) + " for experts; pass a smaller --arena, --arena auto, or lower -c or -b");
 }
 
 }  // namespace epq

@@ -19,9 +19,19 @@ struct ArenaSizing {
     std::string reasoning;
 };
 
-// available - dense weights - KV cache - compute buffers - headroom. Throws epq::Error when
-// that is below `min_arena` (saying how much memory is missing).
-ArenaSizing auto_arena(const MemoryAvailable & mem, uint64_t dense_bytes, uint64_t kv_bytes, uint64_t compute_bytes,
-                       uint64_t min_arena);
+// What a paged run holds in memory besides the arena.
+struct MemoryNeeds {
+    uint64_t dense = 0;          // the weights that stay in RAM
+    uint64_t kv = 0;             // the KV cache at the context size
+    uint64_t compute = 0;        // llama.cpp's compute buffers at the batch size
+    uint64_t pager_scratch = 0;  // the pager's own buffers at the batch size (Pager::scratch_bound)
+};
+
+// available - dense weights - KV cache - compute buffers - pager scratch - headroom. Throws
+// epq::Error when that is below `min_arena` (saying how much memory is missing).
+ArenaSizing auto_arena(const MemoryAvailable & mem, const MemoryNeeds & needs, uint64_t min_arena);
+// An arena size given by the user: throws epq::Error, with the numbers, when it cannot fit in
+// what is available beside the rest (before anything is allocated or touched).
+void check_arena_fits(const MemoryAvailable & mem, const MemoryNeeds & needs, uint64_t arena, const std::string & flag);
 
 }  // namespace epq

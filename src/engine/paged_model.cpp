@@ -74,16 +74,26 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     const GgufFile file = GgufFile::open(path);
     index_ = ExpertIndex::build(file);
 
+    // Everything besides the arena, counted before anything is allocated. llama.cpp's compute
+    // buffer reserves a row of logits per batch token, but only the rows a step outputs (one per
+    // sequence) are ever written, so the pages of the rest are never taken: count 64 rows, and
+    // the batch's activations. The pager's scratch grows with the batch (Pager::scratch_bound).
+    MemoryNeeds needs;
+    needs.dense = index_.dense_bytes;
+    needs.kv = estimate_kv_bytes(file, opts.n_ctx);
+    int64_t n_vocab = 0, n_embd = 0;
+    if (const auto * tok = file.find_tensor("token_embd.weight")) {
+        n_vocab = tok->ne[1];
+        n_embd = tok->ne[0];
+    }
+    needs.compute = static_cast<uint64_t>(n_vocab) * 4 * std::min<uint32_t>(opts.n_batch, 64) +
+                    static_cast<uint64_t>(n_embd) * 4 * 8 * opts.n_batch + (16ull << 20);
+    needs.pager_scratch = Pager::scratch_bound(index_, opts.n_batch);
+    const MemoryAvailable mem = available_memory();
+
     uint64_t arena = 0;
     if (opts.arena == "auto") {
-        int64_t n_vocab = 0;
-        if (const auto * tok = file.find_tensor("token_embd.weight")) {
-            n_vocab = tok->ne[1];
-        }
-        const uint64_t compute =
-            static_cast<uint64_t>(n_vocab) * 4 * std::min<uint32_t>(opts.n_batch, 512) + (16ull << 20);
-        const ArenaSizing s = auto_arena(available_memory(), index_.dense_bytes, estimate_kv_bytes(file, opts.n_ctx),
-                                         compute, index_.min_arena_bytes);
+        const ArenaSizing s = auto_arena(mem, needs, index_.min_arena_bytes);
         arena = s.arena_bytes;
         arena_reasoning_ = "--arena auto: " + s.reasoning;
     } else {
@@ -92,6 +102,13 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
             throw Error("--arena expects a size such as 4G or 512M, or 'auto'; got '" + opts.arena + "'");
         }
         arena = *parsed;
+        // An arena beyond every expert's slot is never filled: only that much has to fit.
+        uint64_t all_slots = 0;
+        for (const auto & l : index_.layers) {
+            all_slots += l.slot_bytes * index_.n_expert;
+        }
+        check_arena_fits(mem, needs, std::min(arena, all_slots),
+                         "--arena " + opts.arena + (arena > all_slots ? ", of which every expert takes" : ""));
         arena_reasoning_ = "--arena " + opts.arena;
     }
 

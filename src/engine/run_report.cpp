@@ -195,7 +195,8 @@ nlohmann::json RunReport::json() const {
         j["rereads_within_batch"] = p.rereads;
         j["solo_expert_nodes"] = p.solo_experts;  // experts given their own node to get ggml's kernel choice
         j["repacked_matrices_per_expert"] = p.repacked_matrices;  // summed over layers; 0 with -nr
-        j["repack_seconds"] = p.repack_seconds;                   // on the read threads, after the reads
+        j["pager_scratch_bytes"] = p.scratch_bytes;  // besides the arena, at its peak
+        j["repack_seconds"] = p.repack_seconds;  // on the read threads, after the reads
         auto counts = [](const PredictionCounts & c) {
             return nlohmann::json{{"guesses", c.predictions},
                                   {"guessed", c.guessed},

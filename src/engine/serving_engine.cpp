@@ -465,8 +465,8 @@ void ServingEngine::step() {
     }
     if (rc != 0 || !changed.empty()) {
         const std::string why = !changed.empty() ? changed
-                                : pager_ && *pager_last_error()
-                                    ? std::string(pager_last_error())
+                                : pager_ && !pager_last_error().empty()
+                                    ? pager_last_error()
                                     : "llama_decode failed (code " + std::to_string(rc) + ")";
         for (auto & s : slots_) {
             if (s->task) {
