@@ -147,8 +147,8 @@ TEST(ModelFile, RewrittenInPlaceWithEveryExpertResidentStopsTheRun) {
     write_file(path, bytes);
     const std::string out = temp_dir() + "/rewrite.out";
     // Same size, a few bytes changed in the middle (expert data), after the first reply.
-    const std::string script = "(echo Hello; while [ ! -s '" + out + "' ]; do sleep 0.05; done; printf 'XXXXXXXX' | " +
-                               "dd of='" + path + "' bs=1 seek=" + std::to_string(bytes.size() / 2) +
+    const std::string script = "(echo Hello; " + wait_for_output(out) + "; printf 'XXXXXXXX' | " + "dd of='" + path +
+                               "' bs=1 seek=" + std::to_string(bytes.size() / 2) +
                                " conv=notrunc status=none; echo Again; echo More) | '" + EPQ_BINARY + "' chat -m '" +
                                path + "' -n 16 -t 2 --arena 64M > '" + out + "'";
     const CommandResult r = run_command({"bash", "-c", script});
@@ -163,8 +163,8 @@ TEST(ModelFile, ReplacedByAnotherFileKeepsServingTheOriginal) {
     write_file(path, bytes);
     write_file(other, bytes);
     const std::string out = temp_dir() + "/replace.out";
-    const std::string script = "(echo Hello; while [ ! -s '" + out + "' ]; do sleep 0.05; done; mv '" + other + "' '" +
-                               path + "'; echo Again) | '" + EPQ_BINARY + "' chat -m '" + path +
+    const std::string script = "(echo Hello; " + wait_for_output(out) + "; mv '" + other + "' '" + path +
+                               "'; echo Again) | '" + EPQ_BINARY + "' chat -m '" + path +
                                "' -n 8 -t 2 --arena 600K > '" + out + "'";
     const CommandResult r = run_command({"bash", "-c", script});
     EXPECT_EQ(r.exit_code, 0) << r.err;

@@ -226,7 +226,7 @@ TEST(PagerBadInput, ModelTruncatedWhileRunningStopsWithAClearError) {
     write_file(model, bytes);
     const std::string out = temp_dir() + "/truncate.out";
     // The second turn starts only after the first reply appeared, and the file is cut between.
-    const std::string script = "(echo Hello; while [ ! -s '" + out + "' ]; do sleep 0.05; done; truncate -s " +
+    const std::string script = "(echo Hello; " + wait_for_output(out) + "; truncate -s " +
                                std::to_string(bytes.size() / 2) + " '" + model + "'; echo Again; echo More) | '" +
                                EPQ_BINARY + "' chat -m '" + model + "' -n 16 -t 2 --arena 600K > '" + out + "'";
     const CommandResult r = run_command({"bash", "-c", script});

@@ -138,6 +138,10 @@ CommandResult run_epq(const std::vector<std::string> & args, const std::string &
     return run_command(full, input);
 }
 
+std::string wait_for_output(const std::string & path) {
+    return "for i in $(seq 2400); do [ -s '" + path + "' ] && break; sleep 0.05; done";
+}
+
 CommandResult run_epq_with_faults(const std::vector<std::string> & faults, const std::vector<std::string> & args,
                                   const std::string & input) {
     std::vector<std::string> full = {"env"};

@@ -47,6 +47,9 @@ CommandResult run_epq(const std::vector<std::string> & args, const std::string &
 // with `faults` as environment assignments such as "EPQ_IO_FAULT=eio".
 CommandResult run_epq_with_faults(const std::vector<std::string> & faults, const std::vector<std::string> & args,
                                   const std::string & input = "");
+// A shell loop that waits until `path` is not empty, for at most two minutes (a command that
+// died before writing must not leave its test waiting for ever).
+std::string wait_for_output(const std::string & path);
 // Runs any command (args[0] is the program).
 CommandResult run_command(const std::vector<std::string> & args, const std::string & input = "");
 
