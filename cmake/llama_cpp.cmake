@@ -73,4 +73,12 @@ foreach(_opt LLAMA_BUILD_TESTS LLAMA_BUILD_TOOLS LLAMA_BUILD_EXAMPLES LLAMA_BUIL
              LLAMA_USE_PREBUILT_UI LLAMA_ALL_WARNINGS GGML_BUILD_TESTS GGML_BUILD_EXAMPLES)
   set(${_opt} OFF CACHE BOOL "" FORCE)
 endforeach()
+# A TSan build instruments ggml and libllama too, so their threads (the CPU backend's workers
+# beside the pager's read, populate and prefetch threads) are seen: with ggml's own thread pool,
+# since the OpenMP runtime is not instrumented and would report races it does not have.
+if("thread" IN_LIST EPQ_SANITIZE)
+  set(GGML_OPENMP OFF CACHE BOOL "" FORCE)
+  set(GGML_SANITIZE_THREAD ON CACHE BOOL "" FORCE)
+  set(LLAMA_SANITIZE_THREAD ON CACHE BOOL "" FORCE)
+endif()
 add_subdirectory("${_src}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL SYSTEM)

@@ -37,7 +37,7 @@ json post(ServeProcess & s, const std::string & path, const json & body, int exp
     httplib::Client c("127.0.0.1", s.port());
     c.set_read_timeout(300, 0);
     auto r = c.Post(path.c_str(), h, body.dump(), "application/json");
-    EXPECT_TRUE(r) << path;
+    EXPECT_TRUE(r) << path << " (" << httplib::to_string(r.error()) << "); the server's log:\n" << s.log();
     if (!r) {
         return {};
     }
