@@ -19,8 +19,8 @@ void add_pager_flags(CLI::App & sub, RunOptions & o) {
                  "types ggml has interleaved CPU kernels for are repacked (dense ones by llama.cpp, experts in the "
                  "arena), as stock llama.cpp does by default");
     sub.add_option("--arena", o.arena,
-                   "RAM for experts: a size (4G, 512M) or 'auto' (available memory minus dense weights, KV cache "
-                   "and headroom)")
+                   "RAM for experts: a size (4G, 512M) or 'auto' (available memory minus dense weights, KV cache, "
+                   "compute buffers, the pager's scratch at -b, and headroom)")
         ->capture_default_str();
     sub.add_option("--read-threads", o.read_threads, "expert reads in flight")->capture_default_str();
     sub.add_option("--prefetch", o.prefetch,
