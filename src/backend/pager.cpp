@@ -646,7 +646,7 @@ uint64_t Pager::scratch_bound(const ExpertIndex & index, uint32_t n_batch) {
                 mid = std::max<uint64_t>(mid, static_cast<uint64_t>(t.ne[1]));
             }
         }
-        per_entry = std::max(per_entry, in * 2 + mid * 8 + out * 5);  // a node or two to spare
+        per_entry = std::max(per_entry, in * 3 + mid * 9 + out * 6);  // a node or two to spare
     }
     const uint64_t entries = static_cast<uint64_t>(std::max<uint32_t>(n_batch, 1)) * index.n_expert_used;
     // Graph contexts: a few dozen nodes per expert window, and slack for allocator rounding.
@@ -656,9 +656,7 @@ uint64_t Pager::scratch_bound(const ExpertIndex & index, uint32_t n_batch) {
 PagerStats Pager::stats() const {
     PagerStats s = stats_;
     s.scratch_bytes = work_bytes_ + ctx_mem_.capacity();
-    for (const auto & v : rows_) {
-        s.scratch_bytes += v.capacity() * sizeof(float);
-    }
+    s.scratch_bytes += rows_.capacity() * sizeof(float);
     for (const auto & v : staged_) {
         s.scratch_bytes += v.capacity() * sizeof(float);
     }

@@ -205,8 +205,8 @@ private:
 
     std::unique_ptr<PagerFaults> faults_;  // null outside the test executables
     std::string deferred_error_;           // from release(), which must not throw: raised by compute()
-    // scratch for gathered rows (one buffer per chain node and input), slot and expert ids
-    std::vector<std::vector<float>> rows_;
+    // scratch: every gathered row of a group (one allocation, see compute_group), slot and expert ids
+    std::vector<float> rows_;
     std::vector<int32_t> idg_, expg_;
     std::vector<std::vector<float>> staged_;  // per chain node read outside the chain: its rows
     std::vector<uint8_t> ctx_mem_;

@@ -233,13 +233,36 @@ void Pager::compute_group(const std::vector<ggml_tensor *> & chain, const std::v
     ggml_init_params ip{mem, ctx_mem_.data(), true};
     ggml_context * ctx = ggml_init(ip);
     ggml_cgraph * gf = ggml_new_graph_custom(ctx, n_nodes, false);
-    size_t n_bufs = 0;
-    auto buffer = [&](int64_t n_floats) {
-        if (rows_.size() <= n_bufs) {
-            rows_.emplace_back();
+    // Every row buffer of this group is a slice of one allocation, sized up front for the
+    // group's entries (an input row per matmul and an output row per node, each at most as wide
+    // as the node's own rows), so the scratch is bounded by the largest group, not by a
+    // patchwork of per-buffer maxima over groups of different shapes.
+    size_t per_entry = 0;  // floats: each node's output row, and each outside input gathered once
+    std::vector<const ggml_tensor *> outside;
+    for (const ggml_tensor * c : chain) {
+        per_entry += static_cast<size_t>(c->ne[0]);
+        const ggml_tensor * in = c->src[1];
+        if (c->op == GGML_OP_MUL_MAT_ID && std::find(chain.begin(), chain.end(), in) == chain.end() &&
+            std::find(outside.begin(), outside.end(), in) == outside.end()) {
+            outside.push_back(in);
+            per_entry += static_cast<size_t>(in->ne[0]);
         }
-        rows_[n_bufs].resize(static_cast<size_t>(n_floats));
-        return rows_[n_bufs++].data();
+    }
+    size_t need = 0;
+    for (const Window & w : windows) {
+        need += w.entries.size() * per_entry;
+    }
+    if (rows_.size() < need) {
+        rows_.resize(need);
+    }
+    size_t used = 0;
+    auto buffer = [&](int64_t n_floats) {
+        if (used + static_cast<size_t>(n_floats) > rows_.size()) {
+            throw Error("internal: the expert group's rows outgrew their scratch");
+        }
+        float * p = rows_.data() + used;
+        used += static_cast<size_t>(n_floats);
+        return p;
     };
 
     for (Window & w : windows) {
