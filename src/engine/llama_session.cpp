@@ -16,7 +16,8 @@ void init_backend_once() {
 
 }  // namespace
 
-LlamaSession::LlamaSession(const std::string & model_path, const SessionOptions & opts) : opts_(opts) {
+LlamaSession::LlamaSession(const std::string & model_path, const SessionOptions & opts)
+    : opts_(opts), model_path_(model_path) {
     init_backend_once();
     llama_model_params mp = llama_model_default_params();
     mp.use_extra_bufts = opts.use_extra_bufts;
@@ -25,32 +26,49 @@ LlamaSession::LlamaSession(const std::string & model_path, const SessionOptions 
     if (!model_) {
         throw Error("llama.cpp could not load " + model_path + " (its reason is printed above)");
     }
+    try {
+        open_context();
+    } catch (...) {
+        llama_model_free(model_);
+        throw;
+    }
+}
+
+void LlamaSession::open_context() {
     llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = opts.n_ctx;
-    cp.n_batch = opts.n_batch;
-    cp.n_ubatch = opts.n_batch;
-    cp.n_seq_max = opts.n_seq_max;
+    cp.n_ctx = opts_.n_ctx;
+    cp.n_batch = opts_.n_batch;
+    cp.n_ubatch = opts_.n_batch;
+    cp.n_seq_max = opts_.n_seq_max;
     // One KV buffer for every sequence: a step that holds tokens of several slots is then one
     // ubatch (one graph, each expert read once), not one per sequence.
-    cp.kv_unified = opts.n_seq_max > 1;
+    cp.kv_unified = opts_.n_seq_max > 1;
     // Sliding-window layers keep every position, not only the last window (llama.cpp's default,
     // unlike llama-server's): epq serve's prompt cache may go on from any kept prefix, and the
     // memory budget counts those layers at the full context.
     cp.swa_full = true;
-    cp.n_threads = opts.n_threads;
-    cp.n_threads_batch = opts.n_threads;
-    cp.cb_eval = opts.cb_eval;
-    cp.cb_eval_user_data = opts.cb_eval_user_data;
+    cp.n_threads = opts_.n_threads;
+    cp.n_threads_batch = opts_.n_threads;
+    cp.cb_eval = opts_.cb_eval;
+    cp.cb_eval_user_data = opts_.cb_eval_user_data;
     ctx_ = llama_init_from_model(model_, cp);
     if (!ctx_) {
-        llama_model_free(model_);
-        throw Error("llama.cpp could not create a context for " + model_path + " (n_ctx " + std::to_string(opts.n_ctx) +
-                    "); try a smaller -c");
+        throw Error("llama.cpp could not create a context for " + model_path_ + " (n_ctx " +
+                    std::to_string(opts_.n_ctx) + "); try a smaller -c");
     }
 }
 
-LlamaSession::~LlamaSession() {
+void LlamaSession::reopen_context(uint32_t n_batch) {
     llama_free(ctx_);
+    ctx_ = nullptr;
+    opts_.n_batch = n_batch;
+    open_context();
+}
+
+LlamaSession::~LlamaSession() {
+    if (ctx_) {
+        llama_free(ctx_);
+    }
     llama_model_free(model_);
 }
 

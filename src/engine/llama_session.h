@@ -52,11 +52,17 @@ public:
     const float * logits() const;
 
     void clear();  // forget the context (KV cache and recurrent state)
+    // A fresh context on the same model with another batch size: a model is loaded once for
+    // runs at several batch sizes (the exactness gates compare many of them in one process).
+    void reopen_context(uint32_t n_batch);
 
 private:
+    void open_context();
+
     llama_model * model_ = nullptr;
     llama_context * ctx_ = nullptr;
     SessionOptions opts_;
+    std::string model_path_;
 };
 
 }  // namespace epq
