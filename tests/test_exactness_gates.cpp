@@ -1,6 +1,7 @@
 // Exactness gates across what users run: every MoE architecture of the pinned llama.cpp (tiny
 // models shaped by llama.cpp's own loader) and every expert quant type, paged vs stock
 // llama.cpp on the same file, logits compared byte for byte.
+#include "gate_model.h"
 #include "test_util.h"
 
 #include "backend/expert_repack.h"
@@ -13,6 +14,7 @@
 #include "ggml-cpu.h"
 
 #include <cctype>
+#include <map>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -59,8 +61,9 @@ std::string safe_name(std::string s) {
 }  // namespace
 
 // Every MoE architecture: the paged run at the minimum arena (constant eviction, prompt batches
-// that select every expert) gives stock's logits byte for byte; a model whose layers turn out to
-// have no routed experts runs through stock with a one-line notice.
+// that select every expert) gives stock's logits byte for byte, both in this process (models
+// loaded once, see gate_model.h); a model whose layers turn out to have no routed experts runs
+// through stock with a one-line notice (the epq binary, which prints it).
 class ArchGate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ArchGate, PagedAtTheMinimumArenaMatchesStock) {
@@ -72,29 +75,36 @@ TEST_P(ArchGate, PagedAtTheMinimumArenaMatchesStock) {
     write_arch_fixture(arch, model, ArchFixtureOptions{});
     const GgufFile file = GgufFile::open(model);
     const std::string prompt = prompt_of(400);
-    const LoggedRun stock = run_logged(model, prompt, "8", {"--no-pager", "-b", "32"}, arch + "-stock");
-    ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
-    ASSERT_GE(stock.logits.size(), 8u * 128u * sizeof(float));
 
     if (!has_routed_experts(file)) {
+        const LoggedRun stock = run_logged(model, prompt, "8", {"--no-pager", "-b", "32"}, arch + "-stock");
+        ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
         const LoggedRun plain = run_logged(model, prompt, "8", {"-b", "32"}, arch + "-dense");
         ASSERT_EQ(plain.result.exit_code, 0) << plain.result.err;
         EXPECT_NE(plain.result.err.find("nothing to page"), std::string::npos) << plain.result.err;
         EXPECT_TRUE(plain.logits == stock.logits);
         return;
     }
+    GateRun stock;
+    {
+        GateModel m(model, GateConfig{});
+        stock = m.run(prompt, 8, 32);
+    }
+    ASSERT_GE(stock.logits.size(), 8u * 128u * sizeof(float));
     const ExpertIndex idx = ExpertIndex::build(file);
-    const LoggedRun paged =
-        run_logged(model, prompt, "8", {"-b", "32", "--arena", std::to_string(idx.min_arena_bytes)}, arch + "-paged");
-    ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;
+    GateConfig pc;
+    pc.paged = true;
+    pc.arena = idx.min_arena_bytes;
+    GateModel m(model, pc);
+    const GateRun paged = m.run(prompt, 8, 32);
     EXPECT_TRUE(paged.logits == stock.logits) << arch << ": paged logits differ from stock";
     // refact's loader accepts expert tensors but its graph has a dense FFN only: nothing to read.
     if (arch != "refact") {
-        EXPECT_GT(paged.stats["bytes_read"].get<uint64_t>(), 0u) << arch << ": nothing was paged";
+        EXPECT_GT(paged.after.bytes_read, 0u) << arch << ": nothing was paged";
     }
     // More distinct experts read than the arena's slots means some were given up.
-    if (paged.stats["misses"].get<uint64_t>() > idx.n_expert_used) {
-        EXPECT_GT(paged.stats["evictions"].get<uint64_t>(), 0u) << arch << ": the minimum arena never evicted";
+    if (paged.after.misses > idx.n_expert_used) {
+        EXPECT_GT(paged.after.evictions, 0u) << arch << ": the minimum arena never evicted";
     }
 }
 
@@ -103,7 +113,8 @@ INSTANTIATE_TEST_SUITE_P(Exactness, ArchGate, ::testing::ValuesIn(fixture_archs(
 
 // Every expert quant type through the pager: prompt batches of 8, 32, 64 and 512 tokens (the
 // per-expert row counts where ggml switches kernels) then decode, at the minimum arena and at
-// one that holds every expert, in both weight layouts where ggml repacks the type.
+// one that holds every expert, in both weight layouts where ggml repacks the type. In this
+// process: one model load per layout and arena, a fresh context per batch size (gate_model.h).
 class TypeGate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TypeGate, EveryBatchSizeAndArenaMatchesStock) {
@@ -119,51 +130,82 @@ TEST_P(TypeGate, EveryBatchSizeAndArenaMatchesStock) {
 #if defined(__SANITIZE_ADDRESS__)
     // Under AddressSanitizer (about 5x slower) one batch size that crosses the kernel thresholds;
     // the regular build runs them all.
-    const std::vector<std::string> batches = {"64"};
+    const std::vector<uint32_t> batches = {64};
 #else
-    const std::vector<std::string> batches = {"8", "32", "64", "512"};
+    const std::vector<uint32_t> batches = {8, 32, 64, 512};
 #endif
     // Where stock's default flags repack this type on this CPU, both layouts: repacked experts
     // against stock's default, and -nr against stock -nr. Elsewhere the two are the same run.
     const auto & t0 = idx.layers.front().tensors.front();
     const bool repacked = stock_repacks_weight(t0.type, t0.ne[0], t0.ne[1], t0.ne[2]);
-    std::vector<std::string> modes = {""};
+    std::vector<bool> layouts = {true};
     if (repacked) {
-        modes.push_back("-nr");
+        layouts.push_back(false);
     }
-    for (const std::string & mode : modes) {
-        for (const std::string & b : batches) {
-            if (mode == "-nr" && b != "8" && b != "512") {
-                continue;  // the file's layout: the kernels every other type's gate runs; two sizes suffice
-            }
-            auto args = [&](std::vector<std::string> a) {
-                a.insert(a.end(), {"-b", b});
-                if (!mode.empty()) {
-                    a.push_back(mode);
+    for (const bool repack : layouts) {
+        const std::string mode = repack ? "" : " -nr";
+        // The file's layout runs the kernels every other type's gate runs: two sizes suffice.
+        auto in_layout = [&](uint32_t b) { return repack || b == 8 || b == 512; };
+        std::map<uint32_t, GateRun> stock;
+        {
+            GateConfig sc;
+            sc.repack = repack;
+            GateModel m(model, sc);
+            for (const uint32_t b : batches) {
+                if (in_layout(b)) {
+                    stock[b] = m.run(prompt, 4, b);
+                    ASSERT_GE(stock[b].n_prompt, 200) << type << ": the prompt is too short to cross the thresholds";
+                    ASSERT_EQ(stock[b].n_generated, 4) << type << ": stock stopped early";
                 }
-                return a;
-            };
-            const LoggedRun stock = run_logged(model, prompt, "4", args({"--no-pager"}), type + "-stock-b" + b + mode);
-            ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
-            ASSERT_GE(stock.stats["prompt_tokens"].get<uint64_t>(), 200u);
-            std::vector<uint64_t> arenas = {idx.min_arena_bytes};
-            if (b == "8" || b == "512") {
-                arenas.push_back(2 * idx.expert_bytes);
             }
-            for (const uint64_t arena : arenas) {
-                const std::string tag = type + "-b" + b + "-a" + std::to_string(arena) + mode;
-                const LoggedRun paged = run_logged(model, prompt, "4", args({"--arena", std::to_string(arena)}), tag);
-                ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;
-                EXPECT_TRUE(paged.logits == stock.logits) << type << ": batch " << b << ", arena " << arena << " B"
-                                                          << mode << ": paged logits differ from stock";
-                EXPECT_EQ(paged.stats["repacked_matrices_per_expert"].get<uint64_t>() > 0, repacked && mode.empty())
-                    << type << mode;
+        }
+        for (const uint64_t arena : {idx.min_arena_bytes, 2 * idx.expert_bytes}) {
+            GateConfig pc;
+            pc.paged = true;
+            pc.arena = arena;
+            pc.repack = repack;
+            GateModel m(model, pc);
+            for (const uint32_t b : batches) {
+                if (!in_layout(b) || (arena != idx.min_arena_bytes && b != 8 && b != 512)) {
+                    continue;
+                }
+                const GateRun paged = m.run(prompt, 4, b);
+                EXPECT_TRUE(paged.logits == stock[b].logits) << type << ": batch " << b << ", arena " << arena << " B"
+                                                             << mode << ": paged logits differ from stock";
+                EXPECT_EQ(paged.after.repacked_matrices > 0, repacked && repack) << type << mode;
             }
         }
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(Exactness, TypeGate, ::testing::ValuesIn(type_names()),
+                         [](const auto & p) { return safe_name(p.param); });
+
+// The same gate end to end through the epq binary for one repacked and one plain type: flags,
+// the lazy mapping of the file and the statistics as a user meets them (the in-process gates
+// above share everything below the command line with it).
+class TypeGateProcess : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TypeGateProcess, EpqRunMatchesStockRun) {
+    const std::string type = GetParam();
+    SynthConfig cfg = tiny("qwen3moe", type);
+    cfg.shape.n_layer = 2;
+    const std::string model = synth_model("type-" + type, cfg);
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
+    const std::string prompt = prompt_of(1400);
+    for (const std::string b : {"8", "512"}) {
+        const LoggedRun stock = run_logged(model, prompt, "4", {"--no-pager", "-b", b}, type + "-stock-b" + b);
+        ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
+        ASSERT_GE(stock.stats["prompt_tokens"].get<uint64_t>(), 200u);
+        const LoggedRun paged = run_logged(
+            model, prompt, "4", {"-b", b, "--arena", std::to_string(idx.min_arena_bytes)}, type + "-paged-b" + b);
+        ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;
+        EXPECT_TRUE(paged.logits == stock.logits) << type << ": batch " << b << ": paged logits differ from stock";
+        EXPECT_GT(paged.stats["bytes_read"].get<uint64_t>(), 0u);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Exactness, TypeGateProcess, ::testing::Values("q4_K", "q6_K"),
                          [](const auto & p) { return safe_name(p.param); });
 
 // The per-expert kernel choice is ggml's own: on AVX2 the IQ panel gemm takes IQ4_XS experts

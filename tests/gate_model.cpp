@@ -1,0 +1,61 @@
+#include "gate_model.h"
+
+#include "engine/generator.h"
+#include "engine/llama_log.h"
+
+namespace epq::test {
+
+GateModel::GateModel(const std::string & path, const GateConfig & cfg) : cfg_(cfg) {
+    set_llama_verbosity(false);
+    SessionOptions so;
+    so.n_threads = cfg.n_threads;
+    so.n_ctx = cfg.n_ctx;
+    so.n_batch = 512;
+    so.use_extra_bufts = cfg.repack;
+    if (cfg.paged) {
+        PagedModelOptions po;
+        po.arena = std::to_string(cfg.arena);
+        po.n_ctx = cfg.n_ctx;
+        po.repack = cfg.repack;
+        paged_ = std::make_unique<PagedModel>(path, po);
+        so.overrides = paged_->overrides();
+    }
+    session_ = std::make_unique<LlamaSession>(path, so);
+    n_batch_ = so.n_batch;
+    if (paged_) {
+        paged_->loaded();
+    }
+}
+
+GateRun GateModel::run(const std::string & prompt, int n_predict, uint32_t n_batch) {
+    if (!fresh_ || n_batch != n_batch_) {
+        session_->reopen_context(n_batch);
+        n_batch_ = n_batch;
+    }
+    fresh_ = false;
+    GateRun r;
+    if (paged_) {
+        r.before = paged_->pager().stats();
+    }
+    const auto tokens = session_->tokenize(prompt, true);
+    SamplingOptions greedy;  // temperature 0, as epq run's default
+    const GenerationStats st = generate(
+        *session_, tokens, n_predict, greedy,
+        [&](const std::string & piece, llama_token) {
+            r.text += piece;
+            return true;
+        },
+        [&](int, const float * logits, int32_t n_vocab) {
+            const auto * b = reinterpret_cast<const uint8_t *>(logits);
+            r.logits.insert(r.logits.end(), b, b + static_cast<size_t>(n_vocab) * sizeof(float));
+        });
+    r.n_prompt = st.n_prompt;
+    r.n_generated = st.n_generated;
+    if (paged_) {
+        paged_->pager().check_model_file();
+        r.after = paged_->pager().stats();
+    }
+    return r;
+}
+
+}  // namespace epq::test
