@@ -73,12 +73,15 @@ foreach(_opt LLAMA_BUILD_TESTS LLAMA_BUILD_TOOLS LLAMA_BUILD_EXAMPLES LLAMA_BUIL
              LLAMA_USE_PREBUILT_UI LLAMA_ALL_WARNINGS GGML_BUILD_TESTS GGML_BUILD_EXAMPLES)
   set(${_opt} OFF CACHE BOOL "" FORCE)
 endforeach()
-# A TSan build instruments ggml and libllama too, so their threads (the CPU backend's workers
-# beside the pager's read, populate and prefetch threads) are seen: with ggml's own thread pool,
-# since the OpenMP runtime is not instrumented and would report races it does not have.
+# A TSan build instruments ggml's CPU backend too, whose worker threads run the expert matmuls
+# beside the pager's read, populate and prefetch threads, with ggml's own thread pool: the
+# OpenMP runtime is not instrumented and would report races it does not have. libllama and
+# ggml-base run on the thread that calls them and are built as in every other build, so ccache
+# serves them from the regular build instead of compiling llama.cpp a second time.
 if("thread" IN_LIST EPQ_SANITIZE)
   set(GGML_OPENMP OFF CACHE BOOL "" FORCE)
-  set(GGML_SANITIZE_THREAD ON CACHE BOOL "" FORCE)
-  set(LLAMA_SANITIZE_THREAD ON CACHE BOOL "" FORCE)
 endif()
 add_subdirectory("${_src}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL SYSTEM)
+if("thread" IN_LIST EPQ_SANITIZE)
+  target_compile_options(ggml-cpu PRIVATE -fsanitize=thread)
+endif()
