@@ -8,6 +8,7 @@
 #include "arena/expert_activity.h"
 #include "arena/prefetch_account.h"
 #include "arena/slot_arena.h"
+#include "arena/trace.h"
 #include "backend/expert_repack.h"
 #include "backend/pager_faults.h"
 #include "util/mapping.h"
@@ -15,7 +16,6 @@
 #include "gguf/expert_index.h"
 #include "gguf/slot_layout.h"
 #include "io/read_pool.h"
-#include "sim/trace.h"
 
 #include "ggml-backend.h"
 #include "ggml.h"

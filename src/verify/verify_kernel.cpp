@@ -1,7 +1,7 @@
 #include "backend/pager.h"
 #include "engine/paged_model.h"
-#include "synth/rng.h"
 #include "util/error.h"
+#include "util/rng.h"
 #include "verify/moe_capture.h"
 #include "verify/ref_moe.h"
 #include "verify/ref_quant.h"
