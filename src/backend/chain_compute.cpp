@@ -333,7 +333,7 @@ void ChainCompute::build_window(ggml_context * ctx, ggml_cgraph * gf, const std:
 void ChainCompute::compute_group(const std::vector<ggml_tensor *> & chain,
                                  const std::vector<const ExpertUse *> & group) {
     const auto t0 = std::chrono::steady_clock::now();
-    PagerStats & stats = telemetry_.counters();
+    PagerSnapshot & stats = telemetry_.counters();
     const uint32_t pool = group.front()->ref.pool;
     size_t n_rows = 0;
     std::vector<ExpertWindow> windows = plan_windows(chain, group, n_rows);

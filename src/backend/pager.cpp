@@ -247,7 +247,7 @@ void Pager::start_read_ahead(ChainRun & run) {
     if (run.next != run.experts.size() || (run.predicted && !run.read_ahead)) {
         return;
     }
-    PagerStats & stats = telemetry_.counters();
+    PagerSnapshot & stats = telemetry_.counters();
     const ggml_tensor * x = run.chain.front()->src[1];
     if (!run.predicted) {
         stats.arena_seconds += since(run.t_arena);
@@ -272,7 +272,7 @@ void Pager::start_read_ahead(ChainRun & run) {
 // Resident experts first, then misses as they arrive (at least the oldest one). Returns the
 // positions in `inflight` of those ready, their slots marked loaded.
 std::vector<size_t> Pager::wait_ready(ChainRun & run) {
-    PagerStats & stats = telemetry_.counters();
+    PagerSnapshot & stats = telemetry_.counters();
     std::vector<ExpertUse> & inflight = run.inflight;
     std::vector<size_t> ready;
     for (size_t i = 0; i < inflight.size(); ++i) {
@@ -355,8 +355,10 @@ void Pager::finish_chain(ChainRun & run) {
     store_.release(run.adopted);
 }
 
-PagerStats Pager::stats() const {
-    PagerStats s = telemetry_.counters();
+PagerSnapshot Pager::stats() const {
+    PagerSnapshot s = telemetry_.counters();
+    s.arena_bytes = store_.plan().bytes;
+    s.policy = store_.arena().policy();
     s.scratch_bytes = chain_.scratch_bytes();
     const auto & c = store_.arena().counters();
     s.misses = c.misses;

@@ -68,13 +68,14 @@ public:
     uint64_t preload() { return store_.preload(); }
     // Writes out the routing trace; throws epq::Error when the write fails.
     void flush_trace() { telemetry_.flush_trace(); }
-    PagerStats stats() const;
+    // The statistics so far, in the one shape every report reads.
+    PagerSnapshot stats() const;
     // The serve page's heat map: per MoE layer, one character per expert (ExpertActivity::cells).
     // Call on the thread that runs the model, between batches.
     std::vector<std::string> activity_cells() const;
     uint64_t resident_experts() const { return store_.resident_experts(); }
     // Bytes the pager may hold besides the arena for a batch of `n_batch` tokens (an upper bound
-    // of PagerStats::scratch_bytes): what --arena auto sets aside for it.
+    // of PagerSnapshot::scratch_bytes): what --arena auto sets aside for it.
     static uint64_t scratch_bound(const ExpertIndex & index, uint32_t n_batch) {
         return ChainCompute::scratch_bound(index, n_batch);
     }
