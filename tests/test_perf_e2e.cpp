@@ -6,7 +6,7 @@
 #include "bench/serve_bench.h"
 #include "gguf/expert_index.h"
 #include "sim/routing_stats.h"
-#include "sim/trace.h"
+#include "arena/trace.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -3,7 +3,7 @@
 #include "sim/cache_sim.h"
 #include "sim/routing_stats.h"
 #include "sim/sim_report.h"
-#include "sim/trace.h"
+#include "arena/trace.h"
 #include "util/error.h"
 
 #include <gtest/gtest.h>

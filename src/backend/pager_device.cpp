@@ -14,14 +14,30 @@ namespace epq {
 
 namespace {
 
-Pager * g_pager = nullptr;
-// Written on the thread that computes, read by llama.cpp's log callback on any thread.
-std::mutex g_error_mu;
-std::string g_last_error;
+// The device's context: the pager it serves and the last error it hit. ggml's callbacks reach
+// it through the handle they get (buffer -> buffer type -> device, backend -> device), and
+// attach_pager is the only place that sets it.
+struct DeviceState {
+    Pager * pager = nullptr;
+    // Written on the thread that computes, read by llama.cpp's log callback on any thread.
+    std::mutex error_mu;
+    std::string last_error;
+};
 
-void set_last_error(std::string e) {
-    std::lock_guard<std::mutex> lock(g_error_mu);
-    g_last_error = std::move(e);
+DeviceState g_state;
+
+DeviceState & state_of(ggml_backend_dev_t dev) {
+    return *static_cast<DeviceState *>(dev->context);
+}
+
+Pager * pager_of(ggml_backend_dev_t dev) {
+    return state_of(dev).pager;
+}
+
+void set_last_error(ggml_backend_dev_t dev, std::string e) {
+    DeviceState & s = state_of(dev);
+    std::lock_guard<std::mutex> lock(s.error_mu);
+    s.last_error = std::move(e);
 }
 
 // ---- buffer: address space only ------------------------------------------------------------
@@ -49,11 +65,13 @@ void buffer_memset_tensor(ggml_backend_buffer_t, ggml_tensor *, uint8_t, size_t,
 // when they are needed instead.
 void buffer_set_tensor(ggml_backend_buffer_t, ggml_tensor *, const void *, size_t, size_t) {}
 
-void buffer_get_tensor(ggml_backend_buffer_t, const ggml_tensor * tensor, void * data, size_t offset, size_t size) {
-    if (!g_pager) {
+void buffer_get_tensor(ggml_backend_buffer_t buffer, const ggml_tensor * tensor, void * data, size_t offset,
+                       size_t size) {
+    Pager * pager = pager_of(buffer->buft->device);
+    if (!pager) {
         GGML_ABORT("epq: expert tensor %s read with no pager attached", tensor->name);
     }
-    g_pager->read_tensor(tensor, data, offset, size);
+    pager->read_tensor(tensor, data, offset, size);
 }
 
 bool buffer_cpy_tensor(ggml_backend_buffer_t, const ggml_tensor *, ggml_tensor *) {
@@ -133,15 +151,16 @@ void backend_free(ggml_backend_t backend) {
     delete backend;
 }
 
-ggml_status backend_graph_compute(ggml_backend_t, ggml_cgraph * cgraph) {
-    if (!g_pager) {
-        set_last_error("expert matmul with no pager attached");
+ggml_status backend_graph_compute(ggml_backend_t backend, ggml_cgraph * cgraph) {
+    Pager * pager = pager_of(backend->device);
+    if (!pager) {
+        set_last_error(backend->device, "expert matmul with no pager attached");
         return GGML_STATUS_FAILED;
     }
     try {
-        g_pager->compute(cgraph);
+        pager->compute(cgraph);
     } catch (const std::exception & e) {
-        set_last_error(e.what());
+        set_last_error(backend->device, e.what());
         return GGML_STATUS_FAILED;
     }
     return GGML_STATUS_SUCCESS;
@@ -208,9 +227,12 @@ ggml_backend_buffer_type_t dev_get_buffer_type(ggml_backend_dev_t) {
     return ggml_backend_cpu_buffer_type();
 }
 
-bool dev_supports_op(ggml_backend_dev_t, const ggml_tensor * op) {
+bool dev_supports_op(ggml_backend_dev_t dev, const ggml_tensor * op) {
     switch (op->op) {
-        case GGML_OP_MUL_MAT_ID: return in_pager_buffer(op->src[0]) && (!g_pager || g_pager->serves(op->src[0]));
+        case GGML_OP_MUL_MAT_ID: {
+            const Pager * pager = pager_of(dev);
+            return in_pager_buffer(op->src[0]) && (!pager || pager->serves(op->src[0]));
+        }
         case GGML_OP_GLU:
         case GGML_OP_UNARY:
         case GGML_OP_ADD_ID:
@@ -252,7 +274,7 @@ const ggml_backend_device_i kDeviceIface = {
 
 // ---- registry ------------------------------------------------------------------------------
 
-ggml_backend_device g_device = {kDeviceIface, nullptr, nullptr};
+ggml_backend_device g_device = {kDeviceIface, nullptr, &g_state};
 
 const char * reg_get_name(ggml_backend_reg_t) {
     return "EPQ";
@@ -265,9 +287,9 @@ ggml_backend_dev_t reg_get_device(ggml_backend_reg_t, size_t) {
 }
 
 // llama.cpp pushes the decode thread count through this on every decode.
-void set_n_threads(ggml_backend_t, int n_threads) {
-    if (g_pager) {
-        g_pager->set_n_threads(n_threads);
+void set_n_threads(ggml_backend_t backend, int n_threads) {
+    if (Pager * pager = pager_of(backend->device)) {
+        pager->set_n_threads(n_threads);
     }
 }
 
@@ -303,19 +325,20 @@ ggml_backend_buffer_type_t pager_buffer_type() {
 }
 
 void check_attached_model_file() {
-    if (g_pager) {
-        g_pager->check_model_file();
+    if (Pager * pager = pager_of(&g_device)) {
+        pager->check_model_file();
     }
 }
 
 void attach_pager(Pager * pager) {
-    g_pager = pager;
-    set_last_error("");
+    state_of(&g_device).pager = pager;
+    set_last_error(&g_device, "");
 }
 
 std::string pager_last_error() {
-    std::lock_guard<std::mutex> lock(g_error_mu);
-    return g_last_error;
+    DeviceState & s = state_of(&g_device);
+    std::lock_guard<std::mutex> lock(s.error_mu);
+    return s.last_error;
 }
 
 }  // namespace epq

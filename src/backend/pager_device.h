@@ -4,6 +4,10 @@
 // device's buffer type, which holds no bytes: it reserves address space, and its set_tensor
 // ignores what the loader passes, because the pager reads expert bytes on demand. The device
 // claims MUL_MAT_ID on those tensors; its graph_compute hands each to the attached Pager.
+//
+// ggml reaches the pager only through the device: its context holds the attached pager, and
+// every callback finds it from the handle it is given. attach_pager (PagedModel, which owns the
+// pager) is the one place that sets it; the engines take the pager from PagedModel.
 #pragma once
 
 #include "ggml-backend.h"

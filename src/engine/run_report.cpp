@@ -40,7 +40,7 @@ double ratio(double a, double b) {
 
 }  // namespace
 
-TimeSplit time_split(const PagerStats & a, const PagerStats & b, double wall_seconds) {
+TimeSplit time_split(const PagerSnapshot & a, const PagerSnapshot & b, double wall_seconds) {
     TimeSplit t;
     t.total = wall_seconds;
     t.read_wait = (b.wait_seconds - a.wait_seconds) + (b.prefetch_wait_seconds - a.prefetch_wait_seconds);
@@ -99,7 +99,7 @@ std::string RunReport::text() const {
                       "epq: arena %s: hit rate %.1f%% (%llu hits, %llu misses, %llu evictions) | read %s in %llu "
                       "requests (%s per token, %s/s while reading, %s) | waiting on reads %.2f s, expert matmuls "
                       "%.2f s\n",
-                      format_bytes(arena_bytes).c_str(), 100.0 * ratio(double(p.hits), double(p.expert_lookups)),
+                      format_bytes(p.arena_bytes).c_str(), 100.0 * ratio(double(p.hits), double(p.expert_lookups)),
                       static_cast<unsigned long long>(p.hits), static_cast<unsigned long long>(p.misses),
                       static_cast<unsigned long long>(p.evictions), format_bytes(p.bytes_read).c_str(),
                       static_cast<unsigned long long>(p.read_requests),
@@ -167,58 +167,10 @@ nlohmann::json RunReport::json() const {
     if (pager) {
         const auto & p = *pager;
         const double tokens = gen.n_prompt + gen.n_generated;
-        j["arena_bytes"] = arena_bytes;
+        // The pager's own figures in their one JSON form; what follows needs the run's tokens.
+        j.update(p.to_json());
         j["dense_locked_bytes"] = dense_locked_bytes;
-        j["expert_lookups"] = p.expert_lookups;
-        j["hits"] = p.hits;
-        j["misses"] = p.misses;
-        j["demand_misses"] = p.demand_misses;
-        j["speculative_reads"] = p.speculative_reads;
-        j["readahead_reads"] = p.readahead_reads;  // of them, read ahead for prompt ubatches
-        j["readahead_used"] = p.readahead_used;    // of those, selected by the next layer
-        j["speculative_bytes"] = p.speculative_bytes;
-        j["evictions"] = p.evictions;
-        j["hit_rate"] = ratio(double(p.hits), double(p.expert_lookups));
-        j["bytes_read"] = p.bytes_read;
-        j["read_requests"] = p.read_requests;
         j["bytes_read_per_token"] = ratio(double(p.bytes_read), tokens);
-        j["read_bandwidth_bytes_per_second"] = ratio(double(p.bytes_read), p.read_wall_seconds);
-        j["read_seconds"] = p.read_wall_seconds;
-        // What reading costs the CPU that the matmuls need: read threads' CPU time per GiB read.
-        j["read_cpu_seconds"] = p.read_cpu_seconds;
-        j["read_cpu_seconds_per_gib"] = ratio(p.read_cpu_seconds, double(p.bytes_read) / double(1ull << 30));
-        j["read_wait_seconds"] = p.wait_seconds;
-        j["expert_compute_seconds"] = p.compute_seconds;
-        j["direct_io"] = p.direct_io;
-        j["missed_expert_bytes"] = p.missed_expert_bytes;
-        j["expert_chains"] = p.chains;
-        j["rereads_within_batch"] = p.rereads;
-        j["solo_expert_nodes"] = p.solo_experts;  // experts given their own node to get ggml's kernel choice
-        j["repacked_matrices_per_expert"] = p.repacked_matrices;  // summed over layers; 0 with -nr
-        j["pager_scratch_bytes"] = p.scratch_bytes;  // besides the arena, at its peak
-        j["repack_seconds"] = p.repack_seconds;  // on the read threads, after the reads
-        auto counts = [](const PredictionCounts & c) {
-            return nlohmann::json{{"guesses", c.predictions},
-                                  {"guessed", c.guessed},
-                                  {"selected", c.selected},
-                                  {"correct", c.correct},
-                                  {"precision", c.precision()},
-                                  {"recall", c.recall()},
-                                  {"speculative_reads", c.spec_reads},
-                                  {"speculative_bytes", c.spec_bytes},
-                                  {"useful_reads", c.useful_reads},
-                                  {"useful_bytes", c.useful_bytes},
-                                  {"wasted_bytes", c.wasted_bytes}};
-        };
-        nlohmann::json pf = counts(p.prefetch);
-        pf["mode"] = prefetch_mode_name(p.prefetch_mode);
-        pf["state"] = p.prefetch_state;
-        pf["wait_seconds"] = p.prefetch_wait_seconds;
-        pf["per_layer"] = nlohmann::json::array();
-        for (const auto & c : p.prefetch_layers) {
-            pf["per_layer"].push_back(counts(c));
-        }
-        j["prefetch"] = pf;
         if (pager_after_prefill) {
             const auto & a = *pager_after_prefill;
             const uint64_t lookups = p.expert_lookups - a.expert_lookups, misses = p.demand_misses - a.demand_misses;
@@ -243,7 +195,7 @@ nlohmann::json RunReport::json() const {
     return j;
 }
 
-std::string token_stats_line(int step, const PagerStats & a, const PagerStats & b, double seconds) {
+std::string token_stats_line(int step, const PagerSnapshot & a, const PagerSnapshot & b, double seconds) {
     char buf[256];
     const uint64_t lookups = b.expert_lookups - a.expert_lookups;
     std::snprintf(buf, sizeof buf, "epq: token %d: %.1f ms, hits %llu/%llu, read %s, waited %.1f ms\n", step,

@@ -12,15 +12,14 @@ namespace epq {
 
 struct RunReport {
     GenerationStats gen;
-    std::optional<PagerStats> pager;                 // absent for --no-pager runs
-    std::optional<PagerStats> pager_before_prefill;  // to split the pager's work between prefill
-    std::optional<PagerStats> pager_after_prefill;   // and decode
+    std::optional<PagerSnapshot> pager;                 // absent for --no-pager runs
+    std::optional<PagerSnapshot> pager_before_prefill;  // to split the pager's work between prefill
+    std::optional<PagerSnapshot> pager_after_prefill;   // and decode
     double load_seconds = 0.0;
     double ttft_seconds = 0.0;  // from the start of the run (model load included) to the first token
     uint64_t peak_rss_bytes = 0;
     uint64_t storage_read_bytes = 0;  // this process's reads from storage (/proc/self/io), mmap faults included
     int n_threads = 0;
-    uint64_t arena_bytes = 0;
     uint64_t dense_locked_bytes = 0;  // dense weights locked in RAM (paged runs)
 
     std::string text() const;
@@ -42,7 +41,7 @@ struct TimeSplit {
     // `threads`: the thread count, for the wake-ups the graphs' parallel regions cost.
     nlohmann::json json(int tokens, int threads) const;
 };
-TimeSplit time_split(const PagerStats & before, const PagerStats & after, double wall_seconds);
+TimeSplit time_split(const PagerSnapshot & before, const PagerSnapshot & after, double wall_seconds);
 
 // Peak resident set size of this process so far.
 uint64_t peak_rss_bytes();
@@ -50,6 +49,6 @@ uint64_t peak_rss_bytes();
 uint64_t storage_read_bytes();
 
 // One line for --stats after each token: what changed since `before`.
-std::string token_stats_line(int step, const PagerStats & before, const PagerStats & after, double seconds);
+std::string token_stats_line(int step, const PagerSnapshot & before, const PagerSnapshot & after, double seconds);
 
 }  // namespace epq

@@ -83,7 +83,7 @@ ServingEngine::ServingEngine(LlamaSession & session, Pager * pager, const Engine
         s->info.id = i;
         slots_.push_back(std::move(s));
     }
-    read_pager_counters_locked();
+    read_pager_snapshot_locked();
     thread_ = std::thread([this] { loop(); });
 }
 
@@ -234,33 +234,18 @@ EngineCounters ServingEngine::counters() const {
     return counters_;
 }
 
-PagerCounters ServingEngine::pager_counters() const {
+std::optional<PagerSnapshot> ServingEngine::pager_snapshot() const {
     std::lock_guard<std::mutex> lk(mu_);
-    return pager_counters_;
+    return pager_snapshot_;
 }
 
 // The pager's statistics are written by the thread that decodes: they are read here, on that
 // thread between steps, and published under the engine's lock.
-void ServingEngine::read_pager_counters_locked() {
+void ServingEngine::read_pager_snapshot_locked() {
     if (!pager_) {
         return;
     }
-    const PagerStats st = pager_->stats();
-    PagerCounters & c = pager_counters_;
-    c.paged = true;
-    c.arena_bytes = pager_->plan().bytes;
-    c.hits = st.hits;
-    c.misses = st.misses;
-    c.evictions = st.evictions;
-    c.bytes_read = st.bytes_read;
-    c.missed_expert_bytes = st.missed_expert_bytes;
-    c.read_wait_seconds = st.wait_seconds;
-    c.prefetch_used_bytes = st.prefetch.useful_bytes;
-    c.prefetch_wasted_bytes = st.prefetch.wasted_bytes;
-    c.read_seconds = st.read_wall_seconds;
-    c.policy = policy_name(pager_->policy());
-    c.prefetch = st.prefetch_state;
-    c.repacked = st.repacked_matrices > 0;
+    pager_snapshot_ = pager_->stats();
     read_pager_view_locked();
 }
 
@@ -560,7 +545,7 @@ void ServingEngine::step() {
     }
     counters_.requests_processing = static_cast<int>(
         std::count_if(slots_.begin(), slots_.end(), [](const auto & s) { return s->task != nullptr; }));
-    read_pager_counters_locked();
+    read_pager_snapshot_locked();
 }
 
 void ServingEngine::finish(Slot & s, const std::string & reason) {

@@ -9,6 +9,7 @@
 // No llama.cpp types in this header: the HTTP layer talks to the model only through it.
 #pragma once
 
+#include "backend/pager_snapshot.h"
 #include "engine/completion.h"
 
 #include <condition_variable>
@@ -16,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -46,17 +48,6 @@ struct EngineCounters {
     uint64_t requests_cancelled = 0;
     int requests_processing = 0;
     int requests_deferred = 0;
-};
-
-struct PagerCounters {
-    bool paged = false;
-    uint64_t arena_bytes = 0, hits = 0, misses = 0, evictions = 0, bytes_read = 0;
-    uint64_t missed_expert_bytes = 0;  // the expert bytes the misses needed
-    double read_wait_seconds = 0.0;
-    double read_seconds = 0.0;  // wall time with at least one read in flight
-    uint64_t prefetch_used_bytes = 0, prefetch_wasted_bytes = 0;
-    std::string policy, prefetch;  // eviction policy; prefetch state (on, off, or why off)
-    bool repacked = false;         // experts held in ggml's repacked layout
 };
 
 // The serve page's heat map: what the arena holds and what the pager did lately.
@@ -126,7 +117,8 @@ public:
 
     const EngineOptions & options() const { return opts_; }
     EngineCounters counters() const;
-    PagerCounters pager_counters() const;
+    // The pager's statistics as of the last batch; empty without a pager (--no-pager).
+    std::optional<PagerSnapshot> pager_snapshot() const;
     // The latest heat map, and a request for a fresh one: the loop takes it between batches (or
     // at once when idle), so only a watcher costs anything. Empty until the first is taken.
     PagerView pager_view();
@@ -140,7 +132,7 @@ private:
     void admit_locked();
     void finish(Slot & s, const std::string & reason);
     void fail(Slot & s, const std::string & message);
-    void read_pager_counters_locked();
+    void read_pager_snapshot_locked();
     void read_pager_view_locked();  // when one was asked for
 
     LlamaSession & session_;
@@ -153,7 +145,7 @@ private:
     std::deque<std::unique_ptr<Task>> queue_;
     std::vector<std::unique_ptr<Slot>> slots_;
     EngineCounters counters_;
-    PagerCounters pager_counters_;
+    std::optional<PagerSnapshot> pager_snapshot_;
     PagerView pager_view_;
     bool view_wanted_ = false;
     uint64_t next_id_ = 1;

@@ -336,7 +336,7 @@ void HttpServer::Impl::routes() {
     svr.Get("/pager/state", [this](const httplib::Request &, httplib::Response & res) {
         ServingEngine & e = *engine.load();
         const PagerView view = e.pager_view();
-        send_json(res, 200, pager_state_json(e.counters(), e.pager_counters(), view, o.read_floor_bytes_per_second));
+        send_json(res, 200, pager_state_json(e.counters(), e.pager_snapshot(), view, o.read_floor_bytes_per_second));
     });
     svr.Get("/metrics", [this](const httplib::Request &, httplib::Response & res) {
         if (!o.metrics) {
@@ -345,7 +345,7 @@ void HttpServer::Impl::routes() {
             return;
         }
         ServingEngine & e = *engine.load();
-        res.set_content(metrics_text(e.counters(), e.pager_counters()), "text/plain; version=0.0.4");
+        res.set_content(metrics_text(e.counters(), e.pager_snapshot()), "text/plain; version=0.0.4");
     });
 }
 

@@ -13,7 +13,7 @@ void metric(std::ostringstream & out, const char * type, const std::string & nam
 
 }  // namespace
 
-std::string metrics_text(const EngineCounters & c, const PagerCounters & p) {
+std::string metrics_text(const EngineCounters & c, const std::optional<PagerSnapshot> & pager) {
     std::ostringstream out;
     out.precision(15);
     const auto counter = [&](const std::string & n, const char * help, double v) {
@@ -43,20 +43,32 @@ std::string metrics_text(const EngineCounters & c, const PagerCounters & p) {
             static_cast<double>(c.requests_cancelled));
     counter("epq:prompt_tokens_cached_total", "Prompt tokens reused from a slot's cache instead of prefilled.",
             static_cast<double>(c.cached_prompt_tokens_total));
-    if (p.paged) {
-        gauge("epq:arena_bytes", "RAM arena for experts, bytes.", static_cast<double>(p.arena_bytes));
-        counter("epq:arena_hits_total", "Expert uses found resident in the arena.", static_cast<double>(p.hits));
-        counter("epq:arena_misses_total", "Experts read from disk.", static_cast<double>(p.misses));
-        counter("epq:arena_evictions_total", "Experts evicted from the arena.", static_cast<double>(p.evictions));
-        counter("epq:bytes_read_total", "Bytes read from the model file for experts.",
-                static_cast<double>(p.bytes_read));
-        counter("epq:missed_expert_bytes_total", "Expert bytes the arena misses needed (reads may round up).",
-                static_cast<double>(p.missed_expert_bytes));
-        counter("epq:read_wait_seconds_total", "Time compute waited on expert reads.", p.read_wait_seconds);
-        counter("epq:prefetch_used_bytes_total", "Bytes read early by prefetch and then used.",
-                static_cast<double>(p.prefetch_used_bytes));
-        counter("epq:prefetch_wasted_bytes_total", "Bytes read early by prefetch and not used.",
-                static_cast<double>(p.prefetch_wasted_bytes));
+    if (pager) {
+        // Each metric is a value of the snapshot's one JSON form, named by its JSON pointer.
+        struct PagerMetric {
+            const char * type;
+            const char * name;
+            const char * help;
+            const char * pointer;
+        };
+        static const PagerMetric kPagerMetrics[] = {
+            {"gauge", "epq:arena_bytes", "RAM arena for experts, bytes.", "/arena_bytes"},
+            {"counter", "epq:arena_hits_total", "Expert uses found resident in the arena.", "/hits"},
+            {"counter", "epq:arena_misses_total", "Experts read from disk.", "/misses"},
+            {"counter", "epq:arena_evictions_total", "Experts evicted from the arena.", "/evictions"},
+            {"counter", "epq:bytes_read_total", "Bytes read from the model file for experts.", "/bytes_read"},
+            {"counter", "epq:missed_expert_bytes_total", "Expert bytes the arena misses needed (reads may round up).",
+             "/missed_expert_bytes"},
+            {"counter", "epq:read_wait_seconds_total", "Time compute waited on expert reads.", "/read_wait_seconds"},
+            {"counter", "epq:prefetch_used_bytes_total", "Bytes read early by prefetch and then used.",
+             "/prefetch/useful_bytes"},
+            {"counter", "epq:prefetch_wasted_bytes_total", "Bytes read early by prefetch and not used.",
+             "/prefetch/wasted_bytes"},
+        };
+        const nlohmann::json j = pager->to_json();
+        for (const PagerMetric & m : kPagerMetrics) {
+            metric(out, m.type, m.name, m.help, j.at(nlohmann::json::json_pointer(m.pointer)).get<double>());
+        }
     }
     return out.str();
 }

@@ -4,10 +4,12 @@
 
 #include "engine/serving_engine.h"
 
+#include <optional>
 #include <string>
 
 namespace epq::server {
 
-std::string metrics_text(const EngineCounters & c, const PagerCounters & p);
+// `pager`: empty without a pager (no epq: pager metrics then).
+std::string metrics_text(const EngineCounters & c, const std::optional<PagerSnapshot> & pager);
 
 }  // namespace epq::server

@@ -6,10 +6,12 @@
 #include "engine/serving_engine.h"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace epq::server {
 
-nlohmann::json pager_state_json(const EngineCounters & e, const PagerCounters & p, const PagerView & v,
-                                double read_floor_bytes_per_second);
+// `pager`: empty without a pager (--no-pager).
+nlohmann::json pager_state_json(const EngineCounters & e, const std::optional<PagerSnapshot> & pager,
+                                const PagerView & v, double read_floor_bytes_per_second);
 
 }  // namespace epq::server

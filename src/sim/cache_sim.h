@@ -3,7 +3,7 @@
 #pragma once
 
 #include "arena/slot_arena.h"
-#include "sim/trace.h"
+#include "arena/trace.h"
 
 #include <cstdint>
 #include <string>

@@ -4,7 +4,7 @@
 // and how many of a token's experts the previous token also selected (reuse).
 #pragma once
 
-#include "sim/trace.h"
+#include "arena/trace.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,7 +1,7 @@
 #include "synth/synthesizer.h"
 
 #include "synth/model_layout.h"
-#include "synth/rng.h"
+#include "util/rng.h"
 #include "synth/vocab.h"
 #include "util/byte_size.h"
 #include "util/error.h"

@@ -1,6 +1,6 @@
 #include "synth/tensor_filler.h"
 
-#include "synth/rng.h"
+#include "util/rng.h"
 #include "util/error.h"
 
 #include <algorithm>

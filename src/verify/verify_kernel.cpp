@@ -1,7 +1,8 @@
 #include "backend/pager.h"
 #include "engine/paged_model.h"
-#include "synth/rng.h"
 #include "util/error.h"
+#include "util/rng.h"
+#include "verify/expert_forward.h"
 #include "verify/moe_capture.h"
 #include "verify/ref_moe.h"
 #include "verify/ref_quant.h"
@@ -81,9 +82,9 @@ std::vector<std::pair<int, int>> kernel_pairs(const VerifyOptions & o, const Exp
 }
 
 // The nodes the arena side builds for this layer: the recipe's activation and the biases.
-Pager::ExpertForwardSpec arena_spec(const ref::ExpertRecipe & r, const ref::ExpertBytes & b) {
-    using A = Pager::Activation;
-    Pager::ExpertForwardSpec s;
+ExpertForwardSpec arena_spec(const ref::ExpertRecipe & r, const ref::ExpertBytes & b) {
+    using A = ExpertActivation;
+    ExpertForwardSpec s;
     switch (r.op) {
         case ref::FfnOp::SwiGLU: s.act = A::swiglu; break;
         case ref::FfnOp::SwiGLUOai: s.act = A::swiglu_oai; break;
@@ -139,6 +140,7 @@ std::string judge_output(const std::vector<float> & got, const std::vector<doubl
 
 struct KernelInput {
     std::vector<float> x;
+    int n_threads = 1;
     float weight = 0.37f;
     ref::Q8Rounding q8;
 };
@@ -160,7 +162,8 @@ KernelCase check_pair(const GgufFile & file, const ExpertIndex & idx, Pager & pa
     const double dq = std::max({dequant_vs_ggml(bytes.gate_type, bytes.gate, bytes.n_embd),
                                 dequant_vs_ggml(bytes.up_type, bytes.up, bytes.n_embd),
                                 dequant_vs_ggml(bytes.down_type, bytes.down, bytes.n_ff)});
-    const Pager::ExpertForward arena = pager.expert_forward(layer, expert, in.x, in.weight, arena_spec(recipe, bytes));
+    const ExpertForward arena =
+        expert_forward(pager.hold_expert(layer, expert), in.x, in.weight, arena_spec(recipe, bytes), in.n_threads);
     // With the weight before the FFN (llama4) the expert sees x scaled by it, a float product.
     std::vector<float> x = in.x;
     for (float & v : x) {
@@ -235,6 +238,7 @@ CheckReport verify_kernel(const VerifyOptions & o) {
     pager.set_n_threads(o.n_threads);
 
     KernelInput in;
+    in.n_threads = o.n_threads;
     Rng rng(1234);
     in.x.resize(static_cast<size_t>(idx.layers.front().tensors.front().ne[0]));
     for (auto & v : in.x) {

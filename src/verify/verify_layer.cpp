@@ -212,7 +212,7 @@ CheckReport verify_layer(const VerifyOptions & o) {
         rows << lr.row;
         jcases.push_back(lr.json);
     }
-    const PagerStats ps = paged.pager().stats();
+    const PagerSnapshot ps = paged.pager().stats();
     r.status = status;
     std::ostringstream md;
     md << "# Layer: a captured MoE layer recomputed independently\n\n**Verdict:** " << status_label(status)

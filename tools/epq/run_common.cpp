@@ -146,7 +146,7 @@ LoadedModel load_model(const RunOptions & o) {
             const auto t0 = std::chrono::steady_clock::now();
             const uint64_t before = m.paged->pager().stats().bytes_read;
             const uint64_t n = m.paged->pager().preload();
-            const PagerStats after = m.paged->pager().stats();
+            const PagerSnapshot after = m.paged->pager().stats();
             std::fprintf(stderr, "epq: preloaded %llu of %llu experts (%s read) in %.2f s\n",
                          static_cast<unsigned long long>(n),
                          static_cast<unsigned long long>(m.paged->index().n_expert * m.paged->index().layers.size()),
@@ -169,7 +169,6 @@ void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
     if (m.paged) {
         m.paged->pager().flush_trace();
         report.pager = m.paged->pager().stats();
-        report.arena_bytes = m.paged->pager().plan().bytes;
         report.dense_locked_bytes = m.dense_locked_bytes;
     }
     std::fputs(("\n" + report.text()).c_str(), stderr);
@@ -248,7 +247,7 @@ int run_generation(const RunOptions & o) {
     std::fputs(prompt.c_str(), stderr);
     std::fputs("\n", stderr);
 
-    PagerStats before;
+    PagerSnapshot before;
     if (m.paged) {
         before = m.paged->pager().stats();
     }
@@ -262,7 +261,7 @@ int run_generation(const RunOptions & o) {
             std::fflush(stdout);
             if (o.stats_per_token && m.paged) {
                 const auto now = std::chrono::steady_clock::now();
-                const PagerStats after = m.paged->pager().stats();
+                const PagerSnapshot after = m.paged->pager().stats();
                 std::fputs(
                     token_stats_line(step, before, after, std::chrono::duration<double>(now - last).count()).c_str(),
                     stderr);

@@ -1,4 +1,4 @@
-#include "sim/trace.h"
+#include "arena/trace.h"
 
 #include "util/error.h"
 

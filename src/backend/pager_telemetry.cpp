@@ -1,0 +1,81 @@
+#include "backend/pager_telemetry.h"
+
+namespace epq {
+
+namespace {
+
+int32_t id_at(const ggml_tensor * ids, int64_t k, int64_t t) {
+    return *reinterpret_cast<const int32_t *>(static_cast<const char *>(ids->data) + t * ids->nb[1] + k * ids->nb[0]);
+}
+
+}  // namespace
+
+PagerTelemetry::PagerTelemetry(const std::string & model_path, const ExpertIndex & index, const SlotLayout & layout,
+                               const std::string & trace_path)
+    : n_expert_(index.n_expert),
+      layer_ops_(layout.layers.size(), 0),
+      layer_batches_(layout.layers.size(), 0),
+      read_in_batch_(layout.layers.size() * index.n_expert, 0),
+      activity_(layout.layers.size(), index.n_expert) {
+    if (trace_path.empty()) {
+        return;
+    }
+    TraceHeader h;
+    h.model = model_path.substr(model_path.find_last_of('/') + 1);
+    h.arch = index.arch;
+    h.n_expert = index.n_expert;
+    h.n_expert_used = index.n_expert_used;
+    for (size_t c = 0; c < layout.class_bytes.size(); ++c) {
+        h.classes.push_back({layout.class_bytes[c], layout.class_experts[c]});
+    }
+    for (const auto & l : layout.layers) {
+        h.layers.emplace_back(static_cast<uint32_t>(l.layer), l.size_class);
+    }
+    trace_ = std::make_unique<TraceWriter>(trace_path, h);
+}
+
+bool PagerTelemetry::begin_chain(size_t li, size_t n_mm, size_t n_matrices) {
+    stats_.ops += n_mm;
+    ++stats_.chains;
+    const bool first_op_of_layer = layer_ops_[li] % n_matrices == 0;
+    layer_ops_[li] += n_mm;
+    if (first_op_of_layer) {
+        ++layer_batches_[li];
+        if (li == 0) {
+            activity_.next_batch();
+        }
+    }
+    return first_op_of_layer;
+}
+
+void PagerTelemetry::count_reread(size_t li, uint32_t e) {
+    uint64_t & last = read_in_batch_[li * n_expert_ + e];
+    stats_.rereads += last == layer_batches_[li];
+    last = layer_batches_[li];
+}
+
+void PagerTelemetry::record_routing(size_t li, uint32_t layer_no, const ggml_tensor * ids) {
+    if (!trace_) {
+        return;
+    }
+    if (li == 0) {
+        ++trace_step_;
+        trace_token_ += trace_step_tokens_;
+        trace_step_tokens_ = static_cast<uint64_t>(ids->ne[1]);
+    }
+    std::vector<int32_t> row(static_cast<size_t>(ids->ne[0]));
+    for (int64_t t = 0; t < ids->ne[1]; ++t) {
+        for (int64_t k = 0; k < ids->ne[0]; ++k) {
+            row[static_cast<size_t>(k)] = id_at(ids, k, t);
+        }
+        trace_->record(trace_step_, trace_token_ + static_cast<uint64_t>(t), layer_no, row.data(), row.size());
+    }
+}
+
+void PagerTelemetry::flush_trace() {
+    if (trace_) {
+        trace_->flush();
+    }
+}
+
+}  // namespace epq
