@@ -38,11 +38,12 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-# ggml compiles through ccache when it is installed. Address and undefined-behaviour sanitizers
-# instrument epq's own code only, so llama.cpp is built the same way there as in a plain build
-# and, with paths taken relative to the checkout, reuses the first build's llama.cpp objects. A
-# thread-sanitizer build instruments ggml and libllama too (cmake/llama_cpp.cmake) and compiles
-# them once more.
+# llama.cpp compiles through ccache when it is installed. Address and undefined-behaviour
+# sanitizers instrument epq's own code only, so llama.cpp is built the same way there as in a
+# plain build and, with paths taken relative to the checkout, reuses the first build's objects.
+# A thread-sanitizer build also instruments ggml's CPU backend and builds it without OpenMP
+# (cmake/llama_cpp.cmake): that backend compiles once more, libllama and ggml-base come from
+# the cache.
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 mkdir -p "$build_dir"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "$@" >"$build_dir/configure.log" 2>&1 || {

@@ -30,7 +30,7 @@ struct GateRun {
     std::string text;             // the generated text
     int n_prompt = 0;
     int n_generated = 0;
-    PagerStats before, after;  // the pager's counters around the run (zero for stock)
+    PagerSnapshot before, after;  // the pager's counters around the run (zero for stock)
 };
 
 class GateModel {
