@@ -76,8 +76,9 @@ endforeach()
 # A TSan build instruments ggml's CPU backend too, whose worker threads run the expert matmuls
 # beside the pager's read, populate and prefetch threads, with ggml's own thread pool: the
 # OpenMP runtime is not instrumented and would report races it does not have. libllama and
-# ggml-base run on the thread that calls them and are built as in every other build, so ccache
-# serves them from the regular build instead of compiling llama.cpp a second time.
+# ggml-base run on the thread that calls them and are not instrumented: libllama is built as in
+# every other build, so ccache serves it from the regular build (ggml-base compiles once more,
+# without OpenMP).
 if("thread" IN_LIST EPQ_SANITIZE)
   set(GGML_OPENMP OFF CACHE BOOL "" FORCE)
 endif()

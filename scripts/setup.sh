@@ -42,8 +42,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # sanitizers instrument epq's own code only, so llama.cpp is built the same way there as in a
 # plain build and, with paths taken relative to the checkout, reuses the first build's objects.
 # A thread-sanitizer build also instruments ggml's CPU backend and builds it without OpenMP
-# (cmake/llama_cpp.cmake): that backend compiles once more, libllama and ggml-base come from
-# the cache.
+# (cmake/llama_cpp.cmake): ggml compiles once more, libllama comes from the cache.
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 mkdir -p "$build_dir"
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "$@" >"$build_dir/configure.log" 2>&1 || {
