@@ -74,12 +74,23 @@ try {
   await setField('#max-tokens', 24);
   const heatBefore = await heat();
   const prompt = 'Tell me about the arena.';
+  // Every state the reply's text takes in the page, as the page renders it: a tiny model streams
+  // 24 tokens faster than any poll, so the page itself records each render.
+  await page.evaluate(() => {
+    window.__replyStates = [];
+    new MutationObserver(() => {
+      const all = document.querySelectorAll('.msg.assistant .body');
+      const text = all.length ? all[all.length - 1].textContent : '';
+      if (text !== window.__replyStates[window.__replyStates.length - 1]) window.__replyStates.push(text);
+    }).observe(document.body, {childList: true, subtree: true, characterData: true});
+  });
   await send(prompt);
   const seen = new Set();
   await waitFor('the reply to finish', async () => {
     seen.add(await assistantText());
     return (await lastStats()) !== '';
   });
+  for (const t of await page.evaluate(() => window.__replyStates)) seen.add(t);
   const reply = await stored();
   assert.ok(!reply.error, 'the reply failed: ' + reply.error);
   assert.ok(reply.content.length > 0, 'the reply has text');
