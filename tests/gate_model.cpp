@@ -5,7 +5,7 @@
 
 namespace epq::test {
 
-GateModel::GateModel(const std::string & path, const GateConfig & cfg) : cfg_(cfg) {
+GateModel::GateModel(const std::string & path, const GateConfig & cfg) {
     set_llama_verbosity(false);
     SessionOptions so;
     so.n_threads = cfg.n_threads;
@@ -21,18 +21,13 @@ GateModel::GateModel(const std::string & path, const GateConfig & cfg) : cfg_(cf
         so.overrides = paged_->overrides();
     }
     session_ = std::make_unique<LlamaSession>(path, so);
-    n_batch_ = so.n_batch;
     if (paged_) {
         paged_->loaded();
     }
 }
 
 GateRun GateModel::run(const std::string & prompt, int n_predict, uint32_t n_batch) {
-    if (!fresh_ || n_batch != n_batch_) {
-        session_->reopen_context(n_batch);
-        n_batch_ = n_batch;
-    }
-    fresh_ = false;
+    session_->reopen_context(n_batch);  // a fresh context, as a new epq run has
     GateRun r;
     if (paged_) {
         r.before = paged_->pager().stats();

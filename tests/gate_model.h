@@ -44,11 +44,8 @@ public:
     const PagedModel * paged() const { return paged_.get(); }
 
 private:
-    GateConfig cfg_;
     std::unique_ptr<PagedModel> paged_;  // before session_: it outlives the model load
     std::unique_ptr<LlamaSession> session_;
-    bool fresh_ = true;  // the context was just opened and has not run yet
-    uint32_t n_batch_ = 0;
 };
 
 }  // namespace epq::test
