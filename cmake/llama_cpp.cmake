@@ -65,14 +65,28 @@ endif()
 
 set(EPQ_LLAMA_SOURCE_DIR "${_src}" CACHE INTERNAL "pinned llama.cpp tree")
 
-# Only the libraries: no tests, tools, examples, server, network or shared objects.
+# The libraries epq links: ggml, libllama, the common library (argument parser, chat templates,
+# sampling, JSON schema to grammar) and the server library (`server-context`, `llama-server-impl`,
+# the web UI), plus stock `llama-server` itself, which the tests run beside `epq serve`. Every
+# llama.cpp target is EXCLUDE_FROM_ALL: only what epq's targets depend on is built. No network
+# (curl, OpenSSL) and no shared objects.
 set(BUILD_SHARED_LIBS OFF CACHE BOOL "" FORCE)
 set(GGML_NATIVE ON CACHE BOOL "" FORCE)
-foreach(_opt LLAMA_BUILD_TESTS LLAMA_BUILD_TOOLS LLAMA_BUILD_EXAMPLES LLAMA_BUILD_SERVER
-             LLAMA_BUILD_APP LLAMA_BUILD_COMMON LLAMA_OPENSSL LLAMA_CURL LLAMA_BUILD_UI
+foreach(_opt LLAMA_BUILD_TESTS LLAMA_BUILD_EXAMPLES LLAMA_BUILD_APP LLAMA_OPENSSL LLAMA_CURL
              LLAMA_USE_PREBUILT_UI LLAMA_ALL_WARNINGS GGML_BUILD_TESTS GGML_BUILD_EXAMPLES)
   set(${_opt} OFF CACHE BOOL "" FORCE)
 endforeach()
+foreach(_opt LLAMA_BUILD_COMMON LLAMA_BUILD_TOOLS LLAMA_BUILD_SERVER)
+  set(${_opt} ON CACHE BOOL "" FORCE)
+endforeach()
+# llama.cpp's web UI is a Svelte app: the build runs `npm ci` and `npm run build` in a copy of
+# tools/ui (about a minute with npm's cache warm). Sanitizer builds test the server's API, not
+# its page: they embed no UI (the server then answers / with a short notice).
+if(EPQ_SANITIZE)
+  set(LLAMA_BUILD_UI OFF CACHE BOOL "" FORCE)
+else()
+  set(LLAMA_BUILD_UI ON CACHE BOOL "" FORCE)
+endif()
 # A TSan build instruments ggml's CPU backend too, whose worker threads run the expert matmuls
 # beside the pager's read, populate and prefetch threads, with ggml's own thread pool: the
 # OpenMP runtime is not instrumented and would report races it does not have. libllama and
@@ -86,3 +100,12 @@ add_subdirectory("${_src}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL SYST
 if("thread" IN_LIST EPQ_SANITIZE)
   target_compile_options(ggml-cpu PRIVATE -fsanitize=thread)
 endif()
+
+# epq's JSON and HTTP code uses the copies of nlohmann-json and cpp-httplib that the pinned tree
+# vendors: the server library is linked into the same binary, and two versions of either would
+# be two incompatible sets of types (cpp-httplib is compiled, so two copies would also clash).
+add_library(epq_json INTERFACE)
+target_link_libraries(epq_json INTERFACE vendor::nlohmann)
+add_library(epq_httplib INTERFACE)
+target_link_libraries(epq_httplib INTERFACE cpp-httplib)
+target_include_directories(epq_httplib SYSTEM INTERFACE "${_src}/vendor")

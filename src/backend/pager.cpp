@@ -72,14 +72,24 @@ void Pager::read_tensor(const ggml_tensor * t, void * data, size_t offset, size_
     store_.read_file(*m, data, offset, size);
 }
 
-std::vector<std::string> Pager::activity_cells() const {
+Pager::View Pager::view() const {
+    std::lock_guard<std::mutex> lock(compute_mu_);
     const SlotLayout & layout = store_.layout();
-    return telemetry_.activity().cells([this, &layout](size_t li, uint32_t e) {
+    View v;
+    for (const auto & l : layout.layers) {
+        v.layers.push_back(static_cast<uint32_t>(l.layer));
+    }
+    v.cells = telemetry_.activity().cells([this, &layout](size_t li, uint32_t e) {
         return store_.arena().find({static_cast<uint32_t>(layout.layers[li].layer), e}).has_value();
     });
+    v.n_expert = v.cells.empty() ? 0 : static_cast<uint32_t>(v.cells.front().size());
+    v.resident_experts = store_.resident_experts();
+    v.batches = telemetry_.activity().batches();
+    return v;
 }
 
 void Pager::compute(ggml_cgraph * graph) {
+    std::lock_guard<std::mutex> lock(compute_mu_);
     store_.check_deferred_error();
     ScopedTimer timer(telemetry_.counters().pager_seconds);
     const int n = ggml_graph_n_nodes(graph);
@@ -164,6 +174,9 @@ void Pager::route(ChainRun & run) {
     }
     run.li = store_.layer_index(run.layer);
     run.first = telemetry_.begin_chain(run.li, n_mm, run.layer.matrices.size());
+    if (run.first && run.li == 0) {
+        telemetry_.counters().tokens += static_cast<uint64_t>(ids->ne[1]);
+    }
     const uint32_t n_expert = store_.n_expert();
     std::vector<int64_t> & rows = chain_.expert_rows();
     rows.assign(n_expert, 0);
@@ -356,6 +369,7 @@ void Pager::finish_chain(ChainRun & run) {
 }
 
 PagerSnapshot Pager::stats() const {
+    std::lock_guard<std::mutex> lock(compute_mu_);
     PagerSnapshot s = telemetry_.counters();
     s.arena_bytes = store_.plan().bytes;
     s.policy = store_.arena().policy();

@@ -22,6 +22,7 @@
 #include "ggml.h"
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -68,11 +69,17 @@ public:
     uint64_t preload() { return store_.preload(); }
     // Writes out the routing trace; throws epq::Error when the write fails.
     void flush_trace() { telemetry_.flush_trace(); }
-    // The statistics so far, in the one shape every report reads.
+    // The statistics so far, in the one shape every report reads. Any thread.
     PagerSnapshot stats() const;
-    // The serve page's heat map: per MoE layer, one character per expert (ExpertActivity::cells).
-    // Call on the thread that runs the model, between batches.
-    std::vector<std::string> activity_cells() const;
+    // The serve page's heat map and what it shows beside it. Any thread (between two computes).
+    struct View {
+        std::vector<uint32_t> layers;  // the MoE layers' numbers, in order
+        uint32_t n_expert = 0;
+        std::vector<std::string> cells;  // per layer, one character per expert (ExpertActivity::cells)
+        uint64_t resident_experts = 0;
+        uint64_t batches = 0;
+    };
+    View view() const;
     uint64_t resident_experts() const { return store_.resident_experts(); }
     // Bytes the pager may hold besides the arena for a batch of `n_batch` tokens (an upper bound
     // of PagerSnapshot::scratch_bytes): what --arena auto sets aside for it.
@@ -80,7 +87,6 @@ public:
         return ChainCompute::scratch_bound(index, n_batch);
     }
     EvictionPolicy policy() const { return store_.arena().policy(); }
-    uint64_t activity_batches() const { return telemetry_.activity().batches(); }
     const ArenaPlan & plan() const { return store_.plan(); }
     const SlotLayout & layout() const { return store_.layout(); }
 
@@ -103,6 +109,9 @@ private:
 
     // Members in construction order: telemetry first (the others count into it), the store
     // before what reads through it, read-ahead last so its pending reads are released first.
+    // Held while a graph computes: stats() and view() take it too, so a server's HTTP
+    // threads read the pager between two of its computes, never in the middle of one.
+    mutable std::mutex compute_mu_;
     PagerTelemetry telemetry_;
     ExpertStore store_;
     ChainCompute chain_;

@@ -34,6 +34,7 @@ nlohmann::json PagerSnapshot::to_json() const {
     j["demand_misses"] = demand_misses;
     j["speculative_reads"] = speculative_reads;
     j["readahead_reads"] = readahead_reads;  // of them, read ahead for prompt ubatches
+    j["tokens"] = tokens;
     j["readahead_used"] = readahead_used;    // of those, selected by the next layer
     j["speculative_bytes"] = speculative_bytes;
     j["evictions"] = evictions;

@@ -9,7 +9,7 @@
 #include "util/child_process.h"
 #include "util/error.h"
 
-#include <httplib.h>
+#include <cpp-httplib/httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -33,7 +33,7 @@ double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The counters of /metrics the window needs.
+// The counters the window needs: llama-server's from /metrics, the pager's from /epq/metrics.
 struct Counters {
     double tokens = 0, seconds = 0, steps = 0, missed = 0, read = 0, wait = 0, hits = 0, misses = 0, arena = 0;
 };
@@ -134,9 +134,12 @@ struct StreamBench {
         if (cap != "none") {
             a = {source_file("scripts/memcap.sh"), cap, "--"};
         }
-        a.insert(a.end(), {o.self_exe, "serve", "-m", o.model, "--port", "0", "--parallel", std::to_string(n), "-c",
-                           std::to_string(o.n_ctx * static_cast<uint32_t>(n)), "-b", std::to_string(o.n_batch), "-t",
-                           std::to_string(threads), "--metrics"});
+        // The server's own prompt cache and warm-up stay as llama-server has them; -np slots in one
+        // KV cache of n x -c tokens.
+        a.insert(a.end(), {o.self_exe, "serve", "-m", o.model, "--host", "127.0.0.1", "--port", "0", "-np",
+                           std::to_string(n), "-c", std::to_string(o.n_ctx * static_cast<uint32_t>(n)), "-b",
+                           std::to_string(o.n_batch), "-ub", std::to_string(o.n_batch), "-t", std::to_string(threads),
+                           "--metrics", "--no-webui"});
         if (mode == Mode::stock) {
             a.push_back("--no-pager");
         } else {
@@ -205,7 +208,9 @@ struct StreamBench {
         }
         const auto sample = [&]() {
             const auto m = cli.Get("/metrics");
-            return m && m->status == 200 ? counters_of(m->body) : Counters{};
+            const auto pm = cli.Get("/epq/metrics");
+            return counters_of((m && m->status == 200 ? m->body : "") + "\n" +
+                               (pm && pm->status == 200 ? pm->body : ""));
         };
         Counters a, b;
         {
@@ -318,7 +323,8 @@ int wait_until_serving(BackgroundProcess & p, double timeout_seconds) {
         if (at != std::string::npos) {
             port = std::atoi(err.c_str() + at + std::strlen(kListening));
         }
-        if (port > 0 && err.find(" ready in ") != std::string::npos) {
+        // llama-server prints its addresses once the model is loaded.
+        if (port > 0) {
             return port;
         }
         if (!p.running()) {

@@ -93,7 +93,11 @@ MemoryAvailable available_memory() {
 namespace {
 
 uint64_t sum(const MemoryNeeds & n) {
-    return n.dense + n.kv + n.compute + n.pager_scratch;
+    uint64_t s = n.dense + n.kv + n.compute + n.pager_scratch;
+    for (const auto & [name, bytes] : n.other) {
+        s += bytes;
+    }
+    return s;
 }
 
 std::string itemize(const MemoryAvailable & mem, const MemoryNeeds & n) {
@@ -101,6 +105,9 @@ std::string itemize(const MemoryAvailable & mem, const MemoryNeeds & n) {
     why << "available " << format_bytes(mem.bytes) << " (" << mem.source << ") - dense weights "
         << format_bytes(n.dense) << " - KV cache " << format_bytes(n.kv) << " - compute buffers "
         << format_bytes(n.compute) << " - pager scratch " << format_bytes(n.pager_scratch);
+    for (const auto & [name, bytes] : n.other) {
+        why << " - " << name << " " << format_bytes(bytes);
+    }
     return why.str();
 }
 

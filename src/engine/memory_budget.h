@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace epq {
 
@@ -25,6 +27,9 @@ struct MemoryNeeds {
     uint64_t kv = 0;             // the KV cache at the context size
     uint64_t compute = 0;        // llama.cpp's compute buffers at the batch size
     uint64_t pager_scratch = 0;  // the pager's own buffers at the batch size (Pager::scratch_bound)
+    // What a server holds besides (prompt cache, context checkpoints, a draft model and its KV
+    // cache, a multimodal projector): named, so the reasoning lists each.
+    std::vector<std::pair<std::string, uint64_t>> other;
 };
 
 // available - dense weights - KV cache - compute buffers - pager scratch - headroom. Throws

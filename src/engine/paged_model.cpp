@@ -89,6 +89,7 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     needs.compute = static_cast<uint64_t>(n_vocab) * 4 * std::min<uint32_t>(opts.n_batch, 64) +
                     static_cast<uint64_t>(n_embd) * 4 * 8 * opts.n_batch + (16ull << 20);
     needs.pager_scratch = Pager::scratch_bound(index_, opts.n_batch);
+    needs.other = opts.other_needs;
     const MemoryAvailable mem = available_memory();
 
     uint64_t arena = 0;

@@ -25,6 +25,9 @@ struct PagedModelOptions {
     EvictionPolicy policy = EvictionPolicy::lfu;
     std::string trace_path;
     bool repack = true;  // experts in ggml's repacked layout where stock would (false: -nr)
+    // Memory the caller's own parts hold besides the model, the KV cache at n_ctx and the
+    // compute buffers (a server's prompt cache, a draft model, ...): the arena leaves it free.
+    std::vector<std::pair<std::string, uint64_t>> other_needs;
 };
 
 class PagedModel {

@@ -1,15 +1,13 @@
-// /metrics in Prometheus' text format: llama-server's llamacpp: counters and gauges, then the
-// pager's as epq: (arena hits, misses, evictions, bytes read, read waits, prefetch bytes).
+// The pager's counters in Prometheus' text format (/epq/metrics), as epq: metrics beside
+// llama-server's own llamacpp: ones at /metrics.
 #pragma once
 
-#include "engine/serving_engine.h"
+#include "backend/pager_snapshot.h"
 
-#include <optional>
 #include <string>
 
 namespace epq::server {
 
-// `pager`: empty without a pager (no epq: pager metrics then).
-std::string metrics_text(const EngineCounters & c, const std::optional<PagerSnapshot> & pager);
+std::string metrics_text(const PagerSnapshot & pager);
 
 }  // namespace epq::server

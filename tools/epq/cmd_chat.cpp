@@ -1,49 +1,41 @@
 #include "commands.h"
 
+#include "engine/chat_template.h"
 #include "run_common.h"
 #include "util/error.h"
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <iostream>
 #include <unistd.h>
 
 namespace epq::cli {
 
-namespace {
-
-// The conversation rendered by the model's chat template (ChatML when it has none).
-std::string render(const llama_model * model, const std::vector<llama_chat_message> & msgs, bool add_assistant) {
-    const char * tmpl = llama_model_chat_template(model, nullptr);
-    if (!tmpl) {
-        tmpl = "chatml";
-    }
-    std::vector<char> buf(4096);
-    int32_t n = llama_chat_apply_template(tmpl, msgs.data(), msgs.size(), add_assistant, buf.data(),
-                                          static_cast<int32_t>(buf.size()));
-    if (n > static_cast<int32_t>(buf.size())) {
-        buf.resize(static_cast<size_t>(n));
-        n = llama_chat_apply_template(tmpl, msgs.data(), msgs.size(), add_assistant, buf.data(),
-                                      static_cast<int32_t>(buf.size()));
-    }
-    if (n < 0) {
-        throw Error("the model's chat template is not supported by llama.cpp's template engine");
-    }
-    return std::string(buf.data(), static_cast<size_t>(n));
-}
-
-}  // namespace
-
 Handler add_chat(CLI::App & app) {
-    auto * sub = app.add_subcommand("chat", "interactive chat with the model's chat template (also: epq-chat)");
+    auto * sub = app.add_subcommand(
+        "chat", "interactive chat with the model's chat template (Jinja, as llama-server renders it; also: epq-chat)");
     auto o = std::make_shared<RunOptions>();
     o->n_predict = 256;
     add_model_flags(*sub, *o);
     auto system = std::make_shared<std::string>();
     sub->add_option("-s,--system", *system, "system message");
-    return [o, system]() {
+    auto tmpl = std::make_shared<std::string>();
+    auto tmpl_file = std::make_shared<std::string>();
+    sub->add_option("--chat-template", *tmpl, "a template by name or its Jinja text (default: the model's own)");
+    sub->add_option("--chat-template-file", *tmpl_file, "the Jinja template in this file");
+    return [o, system, tmpl, tmpl_file]() {
+        std::string override_template = *tmpl;
+        if (!tmpl_file->empty()) {
+            std::ifstream in(*tmpl_file);
+            if (!in) {
+                throw Error("cannot read --chat-template-file " + *tmpl_file);
+            }
+            override_template.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        }
         LoadedModel m = load_model(*o);
         LlamaSession & session = *m.session;
+        const ChatTemplate chat_template(session.model(), override_template);
         const bool interactive = isatty(STDIN_FILENO) != 0;
         std::unique_ptr<std::ofstream> logits_file;
         if (!o->logits_out.empty()) {
@@ -53,13 +45,8 @@ Handler add_chat(CLI::App & app) {
             std::fputs("epq: chat: type a message and press Enter; Ctrl-D or /exit ends\n", stderr);
         }
 
-        // llama_chat_message points at strings: keep them alive in a list that never moves them.
-        std::vector<std::unique_ptr<std::string>> texts;
-        std::vector<llama_chat_message> msgs;
-        auto add = [&](const char * role, const std::string & text) {
-            texts.push_back(std::make_unique<std::string>(text));
-            msgs.push_back({role, texts.back()->c_str()});
-        };
+        std::vector<std::pair<std::string, std::string>> msgs;
+        auto add = [&](const char * role, const std::string & text) { msgs.emplace_back(role, text); };
         if (!system->empty()) {
             add("system", *system);
         }
@@ -77,7 +64,7 @@ Handler add_chat(CLI::App & app) {
                 continue;
             }
             add("user", line);
-            const std::string full = render(session.model(), msgs, true);
+            const std::string full = chat_template.render(msgs, true);
             const std::string fresh = full.substr(prev_len);
             const bool first = llama_memory_seq_pos_max(llama_get_memory(session.ctx()), 0) < 0;
             const auto tokens = session.tokenize(fresh, first);
@@ -107,7 +94,7 @@ Handler add_chat(CLI::App & app) {
             report.gen.prefill_seconds += st.prefill_seconds;
             report.gen.decode_seconds += st.decode_seconds;
             add("assistant", reply);
-            prev_len = render(session.model(), msgs, false).size();
+            prev_len = chat_template.render(msgs, false).size();
         }
         finish_report(*o, m, report);
         return 0;

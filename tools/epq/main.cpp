@@ -2,6 +2,7 @@
 // subcommands; each lives in its own cmd_*.cpp over the epq library.
 #include "commands.h"
 
+#include "server/serve.h"
 #include "util/error.h"
 
 #include <csignal>
@@ -31,6 +32,12 @@ int main(int argc, char ** argv) {
     struct sigaction sa {};
     sa.sa_handler = on_sigbus;
     sigaction(SIGBUS, &sa, nullptr);
+
+    // epq serve is llama.cpp's server, whose own parser takes every flag after `serve`.
+    if (argc >= 2 && std::string(argv[1]) == "serve") {
+        argv[1] = argv[0];
+        return epq::server::serve_main(argc - 1, argv + 1);
+    }
 
     CLI::App app{"epq - run Mixture-of-Experts GGUF models larger than RAM on stock llama.cpp"};
     app.require_subcommand(1);

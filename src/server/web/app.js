@@ -1,6 +1,5 @@
-// The chat page of epq serve: conversations kept in this browser, replies streamed from the
-// server's own /v1/chat/completions, and a live view of the pager from /pager/state.
-// Model text is only ever placed with textContent (see renderMarkdown): never as HTML.
+// epq serve's page at /epq/: llama.cpp's own web UI (in a frame) beside a live view of the
+// pager from /epq/stats. Text from the server is only ever placed with textContent.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -9,324 +8,25 @@ const el = (tag, cls) => {
   if (cls) e.className = cls;
   return e;
 };
-const store = {
-  get(key, fallback) {
-    try {
-      const v = localStorage.getItem('epq.' + key);
-      return v === null ? fallback : JSON.parse(v);
-    } catch (e) {
-      return fallback;
-    }
-  },
-  set(key, value) {
-    try {
-      localStorage.setItem('epq.' + key, JSON.stringify(value));
-    } catch (e) { /* storage full or disabled: the page still works for this visit */ }
-  },
-};
 
-let apiKey = store.get('apiKey', '');
-let conversations = store.get('conversations', []);
-let currentId = store.get('current', null);
-let controller = null;  // the reply being streamed
+let apiKey = '';
+try {
+  apiKey = localStorage.getItem('epq.apiKey') || '';
+} catch (e) { /* storage disabled: asked again when needed */ }
 
-function headers() {
-  const h = {'Content-Type': 'application/json'};
-  if (apiKey) h.Authorization = 'Bearer ' + apiKey;
-  return h;
-}
-
-// fetch with the API key; on 401 asks for the key once and tries again.
-async function api(path, opts = {}) {
+// fetch with the API key (--api-key); on 401 asks for it once and tries again.
+async function api(path) {
   for (;;) {
-    const res = await fetch(path, Object.assign({}, opts, {headers: headers()}));
+    const res = await fetch(path, {headers: apiKey ? {Authorization: 'Bearer ' + apiKey} : {}});
     if (res.status !== 401) return res;
     const key = window.prompt('This server needs an API key (--api-key):', '');
     if (!key) throw new Error('the server needs an API key');
     apiKey = key.trim();
-    store.set('apiKey', apiKey);
+    try {
+      localStorage.setItem('epq.apiKey', apiKey);
+    } catch (e) { /* kept for this visit */ }
   }
 }
-
-// ---- markdown, safely: text nodes only; links only to http(s) -------------------------------
-
-function inline(text, into) {
-  const re = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\n]+\*)|(\[([^\]\n]+)\]\(([^)\s]+)\))/g;
-  let last = 0;
-  let m;
-  while ((m = re.exec(text)) !== null) {
-    if (m.index > last) into.appendChild(document.createTextNode(text.slice(last, m.index)));
-    if (m[1]) {
-      const c = el('code');
-      c.textContent = m[1].slice(1, -1);
-      into.appendChild(c);
-    } else if (m[2]) {
-      const b = el('strong');
-      b.textContent = m[2].slice(2, -2);
-      into.appendChild(b);
-    } else if (m[3]) {
-      const i = el('em');
-      i.textContent = m[3].slice(1, -1);
-      into.appendChild(i);
-    } else if (/^https?:\/\//i.test(m[6])) {
-      const a = el('a');
-      a.href = m[6];
-      a.textContent = m[5];
-      a.rel = 'noopener noreferrer';
-      a.target = '_blank';
-      into.appendChild(a);
-    } else {
-      into.appendChild(document.createTextNode(m[0]));  // javascript:, data:, ...: shown as written
-    }
-    last = re.lastIndex;
-  }
-  if (last < text.length) into.appendChild(document.createTextNode(text.slice(last)));
-}
-
-function renderMarkdown(text, into) {
-  into.textContent = '';
-  const lines = text.split('\n');
-  const isFence = (l) => /^\s*```/.test(l);
-  const isHeading = (l) => /^#{1,6}\s/.test(l);
-  const isItem = (l) => /^\s*([-*]|\d+\.)\s+/.test(l);
-  let i = 0;
-  while (i < lines.length) {
-    const line = lines[i];
-    if (isFence(line)) {
-      const body = [];
-      for (++i; i < lines.length && !isFence(lines[i]); ++i) body.push(lines[i]);
-      ++i;
-      const pre = el('pre');
-      const code = el('code');
-      code.textContent = body.join('\n');
-      pre.appendChild(code);
-      into.appendChild(pre);
-    } else if (isHeading(line)) {
-      const level = line.match(/^#+/)[0].length;
-      const h = el('h' + Math.min(6, level + 2));
-      inline(line.replace(/^#+\s/, ''), h);
-      into.appendChild(h);
-      ++i;
-    } else if (isItem(line)) {
-      const list = el(/^\s*\d/.test(line) ? 'ol' : 'ul');
-      for (; i < lines.length && isItem(lines[i]); ++i) {
-        const li = el('li');
-        inline(lines[i].replace(/^\s*([-*]|\d+\.)\s+/, ''), li);
-        list.appendChild(li);
-      }
-      into.appendChild(list);
-    } else if (line.trim() === '') {
-      ++i;
-    } else {
-      const para = [];
-      for (; i < lines.length && lines[i].trim() !== '' && !isFence(lines[i]) && !isHeading(lines[i]) &&
-             !isItem(lines[i]);
-           ++i) {
-        para.push(lines[i]);
-      }
-      const p = el('p');
-      inline(para.join('\n'), p);
-      into.appendChild(p);
-    }
-  }
-}
-window.renderMarkdown = renderMarkdown;  // for the page's tests
-
-// ---- conversations ---------------------------------------------------------------------------
-
-function save() {
-  store.set('conversations', conversations);
-  store.set('current', currentId);
-}
-
-function current() {
-  let c = conversations.find((x) => x.id === currentId);
-  if (!c) {
-    c = {id: Date.now().toString(36) + Math.random().toString(36).slice(2, 6), title: 'New chat', messages: []};
-    conversations.unshift(c);
-    currentId = c.id;
-    save();
-  }
-  return c;
-}
-
-function renderList() {
-  const ul = $('conversations');
-  ul.textContent = '';
-  for (const c of conversations) {
-    const li = el('li', c.id === currentId ? 'active' : '');
-    const title = el('span');
-    title.textContent = c.title;
-    const del = el('button');
-    del.textContent = '\u2715';
-    del.title = 'Delete';
-    del.addEventListener('click', (e) => {
-      e.stopPropagation();
-      conversations = conversations.filter((x) => x.id !== c.id);
-      if (currentId === c.id) currentId = conversations.length ? conversations[0].id : null;
-      save();
-      renderAll();
-    });
-    li.append(title, del);
-    li.addEventListener('click', () => {
-      if (controller) return;
-      currentId = c.id;
-      save();
-      renderAll();
-    });
-    ul.appendChild(li);
-  }
-}
-
-function addMessage(m) {
-  const div = el('div', 'msg ' + m.role + (m.error ? ' error' : ''));
-  const role = el('div', 'role');
-  role.textContent = m.role;
-  const body = el('div', 'body');
-  renderMarkdown(m.error ? m.content + (m.content ? '\n\n' : '') + 'Error: ' + m.error : m.content, body);
-  const stats = el('div', 'stats');
-  stats.textContent = m.stats || '';
-  div.append(role, body, stats);
-  $('messages').appendChild(div);
-  return {div, body, stats};
-}
-
-function renderAll() {
-  renderList();
-  $('messages').textContent = '';
-  for (const m of current().messages) addMessage(m);
-  scrollDown();
-}
-
-// The newest text in view: the message list scrolls on a wide screen, the page on a phone.
-function scrollDown() {
-  const m = $('messages');
-  m.scrollTop = m.scrollHeight;
-  if (window.innerWidth <= 820) $('composer').scrollIntoView({block: 'end'});
-}
-
-function setBusy(busy) {
-  $('send').disabled = busy;
-  $('stop').disabled = !busy;
-}
-
-// ---- a reply, streamed -----------------------------------------------------------------------
-
-async function send(text) {
-  const conv = current();
-  conv.messages.push({role: 'user', content: text});
-  if (conv.title === 'New chat') conv.title = text.slice(0, 48);
-  const messages = [];
-  const system = $('system').value.trim();
-  if (system) messages.push({role: 'system', content: system});
-  for (const m of conv.messages) {
-    if (!m.error) messages.push({role: m.role, content: m.content});
-  }
-  const reply = {role: 'assistant', content: ''};
-  conv.messages.push(reply);
-  save();
-  renderAll();
-  const view = $('messages').lastChild;
-  const body = view.querySelector('.body');
-  controller = new AbortController();
-  setBusy(true);
-  const t0 = performance.now();
-  let chunks = 0;
-  try {
-    const res = await api('/v1/chat/completions', {
-      method: 'POST',
-      signal: controller.signal,
-      body: JSON.stringify({
-        messages,
-        stream: true,
-        stream_options: {include_usage: true},
-        temperature: Number($('temperature').value),
-        max_tokens: Number($('max-tokens').value),
-      }),
-    });
-    if (!res.ok) {
-      const j = await res.json().catch(() => ({}));
-      throw new Error((j.error && j.error.message) || res.status + ' ' + res.statusText);
-    }
-    const reader = res.body.getReader();
-    const decoder = new TextDecoder();
-    let buf = '';
-    for (;;) {
-      const {value, done} = await reader.read();
-      if (done) break;
-      buf += decoder.decode(value, {stream: true});
-      let nl;
-      while ((nl = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, nl).trim();
-        buf = buf.slice(nl + 1);
-        if (!line.startsWith('data:')) continue;
-        const data = line.slice(5).trim();
-        if (data === '[DONE]') continue;
-        const ev = JSON.parse(data);
-        if (ev.error) throw new Error(ev.error.message || 'the server ended the reply');
-        const choice = ev.choices && ev.choices[0];
-        if (choice && choice.delta && choice.delta.content) {
-          reply.content += choice.delta.content;
-          ++chunks;
-          renderMarkdown(reply.content, body);
-          scrollDown();
-        }
-        if (choice && choice.finish_reason) reply.finish = choice.finish_reason;
-        if (ev.usage) reply.usage = ev.usage;
-      }
-    }
-  } catch (e) {
-    if (e.name === 'AbortError') {
-      reply.finish = 'stopped';
-    } else {
-      reply.error = String(e.message || e);
-      view.classList.add('error');
-      renderMarkdown(reply.content + (reply.content ? '\n\n' : '') + 'Error: ' + reply.error, body);
-    }
-  } finally {
-    const s = (performance.now() - t0) / 1000;
-    const n = reply.usage ? reply.usage.completion_tokens : chunks;
-    reply.stats = n + ' tokens in ' + s.toFixed(1) + ' s' + (reply.finish ? ' (' + reply.finish + ')' : '');
-    view.querySelector('.stats').textContent = reply.stats;
-    controller = null;
-    setBusy(false);
-    save();
-  }
-}
-
-$('composer').addEventListener('submit', (e) => {
-  e.preventDefault();
-  const text = $('input').value.trim();
-  if (!text || controller) return;
-  $('input').value = '';
-  send(text);
-});
-$('input').addEventListener('keydown', (e) => {
-  if (e.key === 'Enter' && !e.shiftKey) {
-    e.preventDefault();
-    $('composer').requestSubmit();
-  }
-});
-$('stop').addEventListener('click', () => controller && controller.abort());
-$('new-chat').addEventListener('click', () => {
-  if (controller) return;
-  currentId = null;
-  current();
-  renderAll();
-});
-$('forget-key').addEventListener('click', () => {
-  apiKey = '';
-  store.set('apiKey', '');
-});
-for (const [id, key] of [['system', 'system'], ['temperature', 'temperature'], ['max-tokens', 'maxTokens']]) {
-  const v = store.get(key, null);
-  if (v !== null) $(id).value = v;
-  $(id).addEventListener('change', () => store.set(key, $(id).value));
-}
-$('toggle-list').addEventListener('click', () => {
-  document.body.classList.toggle(window.innerWidth <= 820 ? 'show-list' : 'hide-list');
-});
-$('toggle-pager').addEventListener('click', () => document.body.classList.toggle('hide-pager'));
 
 // ---- server state and the pager view ---------------------------------------------------------
 
@@ -337,7 +37,7 @@ function bytes(n) {
   return (i ? n.toFixed(n < 10 ? 2 : 1) : String(Math.round(n))) + ' ' + units[i];
 }
 
-const series = {decode: [], prefill: [], hit: [], read: [], bw: []};
+const series = {tokens: [], hit: [], read: [], bw: []};
 const SERIES_LEN = 120;
 let last = null;
 
@@ -373,21 +73,6 @@ function drawSeries(canvas, values, maxHint, color) {
     pen = true;
   });
   ctx.stroke();
-}
-
-function drawFloor(canvas, values, floor) {
-  if (!(floor > 0)) return;
-  let max = floor;
-  for (const v of values) if (v !== null && v > max) max = v;
-  const ctx = canvas.getContext('2d');
-  const y = canvas.height - 2 - (floor / max) * (canvas.height - 4);
-  ctx.strokeStyle = '#8a93a6';
-  ctx.setLineDash([4, 3]);
-  ctx.beginPath();
-  ctx.moveTo(0, y);
-  ctx.lineTo(canvas.width, y);
-  ctx.stroke();
-  ctx.setLineDash([]);
 }
 
 const HEAT_COLORS = ['#dfe3ea', '#5b7fd6', '#f0a030', '#d63a3a'];
@@ -428,59 +113,55 @@ async function pollPager() {
   if (document.hidden || document.body.classList.contains('hide-pager')) return;
   let s;
   try {
-    const res = await api('/pager/state');
+    const res = await api('stats');
     if (!res.ok) return;
     s = await res.json();
   } catch (e) {
     return;
   }
-  const c = s.counters;
-  $('pager-state').textContent = s.paged ? '' : '(off: --no-pager)';
+  $('model').textContent = s.model || '';
+  $('pager-state').textContent = s.paged ? '' : '(not paged: ' + (s.not_paged || '') + ')';
   const dl = $('pager-facts');
   dl.textContent = '';
-  if (s.paged) {
-    fact(dl, 'arena', bytes(s.arena_bytes) + ' (' + s.resident_experts + ' of ' + s.total_experts + ' experts)');
-    fact(dl, 'policy', s.policy);
-    fact(dl, 'prefetch', s.prefetch);
-    fact(dl, 'layout', s.repacked ? 'repacked (as stock)' : 'file layout (-nr)');
-  }
+  if (!s.paged) return;
+  const p = s.pager;
+  const v = s.view;
+  fact(dl, 'arena', bytes(p.arena_bytes) + ' (' + v.resident_experts + ' of ' + v.total_experts + ' experts)');
+  fact(dl, 'policy', p.policy);
+  fact(dl, 'prefetch', p.prefetch.state);
+  fact(dl, 'layout', p.repacked_matrices_per_expert > 0 ? 'repacked (as stock)' : 'file layout (-nr)');
+  fact(dl, 'read', bytes(p.bytes_read) + ' in ' + p.misses + ' experts');
+  $('arena-why').textContent = s.arena_reasoning || '';
+  const c = {tokens: p.tokens, hits: p.hits, lookups: p.expert_lookups, bytes_read: p.bytes_read,
+             read_seconds: p.read_seconds, t: performance.now() / 1000};
   if (last) {
     const d = (k) => c[k] - last[k];
-    const dDecode = d('tokens_predicted_seconds_total');
-    const dPrompt = d('prompt_seconds_total');
-    push('decode', dDecode > 0 ? d('tokens_predicted_total') / dDecode : null);
-    push('prefill', dPrompt > 0 ? d('prompt_tokens_total') / dPrompt : null);
-    const lookups = d('hits') + d('misses');
-    push('hit', lookups > 0 ? d('hits') / lookups : null);
-    const tokens = d('tokens_predicted_total') + d('prompt_tokens_total');
-    push('read', tokens > 0 ? d('bytes_read') / tokens : null);
-    const readS = d('read_seconds');
-    push('bw', readS > 0 ? d('bytes_read') / readS : null);
+    const dt = d('t');
+    push('tokens', dt > 0 && d('tokens') > 0 ? d('tokens') / dt : null);
+    push('hit', d('lookups') > 0 ? d('hits') / d('lookups') : null);
+    push('read', d('tokens') > 0 ? d('bytes_read') / d('tokens') : null);
+    push('bw', d('read_seconds') > 0 ? d('bytes_read') / d('read_seconds') : null);
   }
   last = c;
   const lastOf = (name) => {
-    const v = series[name].filter((x) => x !== null);
-    return v.length ? v[v.length - 1] : null;
+    const vals = series[name].filter((x) => x !== null);
+    return vals.length ? vals[vals.length - 1] : null;
   };
-  const show = (id, v, f) => ($(id).textContent = v === null ? '-' : f(v));
-  show('v-decode', lastOf('decode'), (v) => v.toFixed(2));
-  show('v-prefill', lastOf('prefill'), (v) => v.toFixed(1));
-  show('v-hit', lastOf('hit'), (v) => (100 * v).toFixed(1) + '%');
+  const show = (id, x, f) => ($(id).textContent = x === null ? '-' : f(x));
+  show('v-tokens', lastOf('tokens'), (x) => x.toFixed(2));
+  show('v-hit', lastOf('hit'), (x) => (100 * x).toFixed(1) + '%');
   show('v-read', lastOf('read'), bytes);
-  show('v-bw', lastOf('bw'), (v) => bytes(v) + '/s');
-  $('v-floor').textContent = s.read_floor_bytes_per_second > 0 ? 'disk floor ' + bytes(s.read_floor_bytes_per_second) + '/s (dashed)' : '';
-  drawSeries($('c-decode'), series.decode, 0, '#2f5fd0');
-  drawSeries($('c-prefill'), series.prefill, 0, '#2e7d4f');
+  show('v-bw', lastOf('bw'), (x) => bytes(x) + '/s');
+  drawSeries($('c-tokens'), series.tokens, 0, '#2f5fd0');
   drawSeries($('c-hit'), series.hit, 1, '#f0a030');
   drawSeries($('c-read'), series.read, 0, '#d63a3a');
-  drawSeries($('c-bw'), series.bw, s.read_floor_bytes_per_second, '#5b7fd6');
-  drawFloor($('c-bw'), series.bw, s.read_floor_bytes_per_second);
-  if (s.heat) drawHeat(s.heat);
+  drawSeries($('c-bw'), series.bw, 0, '#5b7fd6');
+  if (v.cells && v.cells.length) drawHeat(v);
 }
 
 async function pollHealth() {
   try {
-    const res = await fetch('/health');
+    const res = await fetch('../health');
     const ok = res.ok;
     $('health').textContent = ok ? 'ready' : 'loading';
     $('health').className = 'pill ' + (ok ? 'ok' : '');
@@ -490,15 +171,8 @@ async function pollHealth() {
   }
 }
 
-(async function start() {
-  renderAll();
-  pollHealth();
-  setInterval(pollHealth, 5000);
-  try {
-    const res = await fetch('/v1/models');
-    const j = await res.json();
-    if (j.data && j.data[0]) $('model').textContent = j.data[0].id;
-  } catch (e) { /* shown as offline by the health poll */ }
-  pollPager();
-  setInterval(pollPager, 1000);
-})();
+$('toggle-pager').addEventListener('click', () => document.body.classList.toggle('hide-pager'));
+pollHealth();
+setInterval(pollHealth, 5000);
+pollPager();
+setInterval(pollPager, 1000);

@@ -1,0 +1,69 @@
+#include "server/pager_routes.h"
+
+#include "backend/pager.h"
+#include "server/metrics_text.h"
+#include "server/web_assets.h"
+
+#include "server-http.h"
+
+#include <nlohmann/json.hpp>
+
+namespace epq::server {
+
+namespace {
+
+server_http_res_ptr respond(int status, std::string body, const std::string & type) {
+    auto res = std::make_unique<server_http_res>();
+    res->status = status;
+    res->content_type = type;
+    res->data = std::move(body);
+    res->headers["Cache-Control"] = "no-store";
+    return res;
+}
+
+nlohmann::json stats_json(const Pager * pager, const PagerPageInfo & info) {
+    nlohmann::json j = {{"paged", pager != nullptr}, {"model", info.model}};
+    if (!pager) {
+        j["not_paged"] = info.not_paged;
+        return j;
+    }
+    j["arena_reasoning"] = info.arena_reasoning;
+    j["pager"] = pager->stats().to_json();
+    const Pager::View v = pager->view();
+    j["view"] = {{"layers", v.layers},
+                 {"n_expert", v.n_expert},
+                 {"cells", v.cells},
+                 {"resident_experts", v.resident_experts},
+                 {"total_experts", static_cast<uint64_t>(v.layers.size()) * v.n_expert},
+                 {"batches", v.batches}};
+    return j;
+}
+
+}  // namespace
+
+void add_pager_routes(server_http_context & http, const Pager * pager, const PagerPageInfo & info) {
+    // Relative links in the page resolve against /epq/, so /epq itself redirects there.
+    http.get("/epq", [](const server_http_req &) {
+        auto res = respond(302, "", "text/plain; charset=utf-8");
+        res->headers["Location"] = "epq/";
+        return res;
+    });
+    for (const WebAsset & a : web_assets()) {
+        const std::string path = a.path;
+        const std::string route = "/epq" + (path == "/index.html" ? std::string("/") : path);
+        http.get(route, [&a](const server_http_req &) {
+            return respond(200, std::string(reinterpret_cast<const char *>(a.data), a.size), web_content_type(a.path));
+        });
+    }
+    http.get("/epq/stats", [pager, info](const server_http_req &) {
+        return respond(200, stats_json(pager, info).dump(), "application/json; charset=utf-8");
+    });
+    http.get("/epq/metrics", [pager](const server_http_req &) {
+        if (!pager) {
+            return respond(404, "# the model is not paged: no pager metrics\n", "text/plain; version=0.0.4");
+        }
+        return respond(200, metrics_text(pager->stats()), "text/plain; version=0.0.4");
+    });
+}
+
+}  // namespace epq::server

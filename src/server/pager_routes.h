@@ -1,0 +1,26 @@
+// The pager's own view, added to llama.cpp's HTTP server (server_hooks.h) under /epq/:
+//   /epq/          llama.cpp's web UI (in a frame) beside the live pager view
+//   /epq/stats     the pager's statistics snapshot (PagerSnapshot::to_json) and heat map, JSON
+//   /epq/metrics   the pager's counters in Prometheus' text format
+#pragma once
+
+#include <string>
+
+struct server_http_context;
+
+namespace epq {
+class Pager;
+}
+
+namespace epq::server {
+
+struct PagerPageInfo {
+    std::string model;            // the file served
+    std::string arena_reasoning;  // how the arena was sized
+    std::string not_paged;        // why there is no pager ("" when there is one)
+};
+
+// `pager`: null when the model is not paged (the routes then say why).
+void add_pager_routes(server_http_context & http, const Pager * pager, const PagerPageInfo & info);
+
+}  // namespace epq::server

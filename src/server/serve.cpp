@@ -1,0 +1,248 @@
+#include "server/serve.h"
+
+#include "engine/memory_budget.h"
+#include "engine/paged_model.h"
+#include "gguf/expert_index.h"
+#include "server/pager_routes.h"
+#include "server/serve_args.h"
+#include "server/serve_budget.h"
+#include "server/server_hooks.h"
+#include "util/byte_size.h"
+#include "util/error.h"
+
+#include "arg.h"
+#include "common.h"
+#include "log.h"
+#include "server-stream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <clocale>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+int llama_server(common_params & params, int argc, char ** argv);
+
+namespace epq::server {
+
+namespace {
+
+void note(const std::string & s) {
+    std::fprintf(stderr, "epq: %s\n", s.c_str());
+}
+
+bool given(const std::vector<std::string> & args, std::initializer_list<const char *> names, const char * env) {
+    for (const auto & a : args) {
+        for (const char * n : names) {
+            if (a == n || a.rfind(std::string(n) + "=", 0) == 0) {
+                return true;
+            }
+        }
+    }
+    return std::getenv(env) != nullptr;
+}
+
+// The pager of this process (single-model mode, or a router's child), alive until exit.
+struct PagedServe {
+    std::unique_ptr<PagedModel> model;
+    PagerFlags flags;
+    std::chrono::steady_clock::time_point start;
+};
+
+// Sets the server's parameters up for paging `params.model.path`. Returns null (the model is
+// served as stock llama-server serves it) when there is nothing to page, saying why in `why`.
+std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags & flags,
+                                        const std::vector<std::string> & llama_args, std::string & why) {
+    if (params.model.path.empty()) {
+        why = "no local model file (-m)";
+        return nullptr;
+    }
+    if (flags.no_pager) {
+        why = "--no-pager";
+        note("--no-pager: serving " + params.model.path + " as stock llama-server does (mmap)");
+        return nullptr;
+    }
+    // Validate before llama.cpp sees the file: a corrupt one gets a one-line reason.
+    const GgufFile file = GgufFile::open(params.model.path);
+    if (!has_routed_experts(file)) {
+        why = "the model has no routed experts";
+        note(params.model.path +
+             ": no routed experts (not a MoE model): nothing to page, serving it as stock "
+             "llama-server does");
+        return nullptr;
+    }
+    auto ps = std::make_unique<PagedServe>();
+    ps->flags = flags;
+    ps->start = std::chrono::steady_clock::now();
+
+    // Loading reads only the dense bytes: through the mapping the pager's policy shapes.
+    if (params.load_mode != LLAMA_LOAD_MODE_AUTO && params.load_mode != LLAMA_LOAD_MODE_MMAP) {
+        note(std::string("the model is loaded through mmap whatever the load mode (") +
+             llama_load_mode_name(params.load_mode) +
+             " would read every expert at load); the dense weights are locked in RAM by epq where it can");
+    }
+    params.load_mode = LLAMA_LOAD_MODE_MMAP;
+    const bool warmup_asked = params.warmup;
+    params.warmup = false;
+    // --fit sizes the context and layers to device memory; epq sizes them to the memory limit.
+    params.fit_params = false;
+    if (params.n_parallel < 0) {  // llama_server's own default, applied here so the budget sees it
+        params.n_parallel = 4;
+        params.kv_unified = true;
+    }
+
+    const MemoryAvailable mem = available_memory();
+    ServeMemoryRequest req;
+    req.n_ctx = params.n_ctx;
+    req.n_parallel = params.n_parallel;
+    req.cache_ram_mib = params.cache_ram_mib;
+    req.cache_ram_given = given(llama_args, {"-cram", "--cache-ram"}, "LLAMA_ARG_CACHE_RAM");
+    req.n_ctx_checkpoints = params.n_ctx_checkpoints;
+    req.checkpoints_given =
+        given(llama_args, {"-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"}, "LLAMA_ARG_CTX_CHECKPOINTS");
+    req.draft_path = params.speculative.draft.mparams.path;
+    req.mmproj_path = params.no_mmproj ? "" : params.mmproj.path;
+    const ServeMemoryPlan plan = plan_serve_memory(file, req, mem.bytes);
+    for (const auto & n : plan.notes) {
+        note(n);
+    }
+    params.n_ctx = plan.n_ctx;
+    params.cache_ram_mib = plan.cache_ram_mib;
+    params.n_ctx_checkpoints = plan.n_ctx_checkpoints;
+
+    PagedModelOptions po;
+    po.arena = flags.arena;
+    po.read_threads = flags.read_threads;
+    po.n_ctx = static_cast<uint32_t>(plan.n_ctx);
+    po.n_batch = static_cast<uint32_t>(std::max(1, std::min(params.n_batch, params.n_ubatch)));
+    po.prefetch = parse_prefetch_mode(flags.prefetch);
+    po.policy = parse_policy(flags.policy);
+    if (po.policy == EvictionPolicy::belady) {
+        throw Error("--policy belady needs the future: it exists only in epq simulate");
+    }
+    po.trace_path = flags.trace;
+    po.repack = !params.no_extra_bufts;
+    po.other_needs = plan.needs;
+    ps->model = std::make_unique<PagedModel>(params.model.path, po);
+
+    // The pager's patterns first: llama.cpp takes the first pattern that matches a tensor, and a
+    // user's own `-ot exps=CPU` (the usual recipe without epq) must not take the experts back.
+    std::vector<llama_model_tensor_buft_override> ot;
+    for (const auto * o = ps->model->overrides(); o->pattern; ++o) {
+        ot.push_back(*o);
+    }
+    for (const auto & o : params.tensor_buft_overrides) {
+        if (o.pattern) {
+            ot.push_back(o);
+        }
+    }
+    ot.resize(std::max(ot.size() + 1, params.tensor_buft_overrides.size()), {nullptr, nullptr});
+    params.tensor_buft_overrides = ot;
+
+    const auto & idx = ps->model->index();
+    const auto & ap = ps->model->pager().plan();
+    note(params.model.path + ": " + idx.arch + ", " + std::to_string(idx.n_layer) + " layers, " +
+         std::to_string(idx.n_expert) + " experts (top-" + std::to_string(idx.n_expert_used) + "), " +
+         format_bytes(idx.dense_bytes) + " dense in RAM, " + format_bytes(idx.expert_bytes) + " of experts paged");
+    note("arena " + format_bytes(ap.bytes) + (ap.holds_everything ? " (every expert fits)" : "") + "; " +
+         ps->model->arena_reasoning());
+    if (warmup_asked) {
+        note("llama.cpp's warm-up is off: it runs every expert of every layer once, which would read all " +
+             format_bytes(idx.expert_bytes) + " of experts before the first request");
+    }
+    note(std::string("experts in ") +
+         (po.repack ? "the repacked layout stock's default flags use" : "the file's layout (-nr)") + "; " +
+         std::to_string(params.n_parallel) + " slots, context " + std::to_string(params.n_ctx) + " tokens");
+    return ps;
+}
+
+bool after_load(PagedServe & ps) {
+    const DenseLock lock = ps.model->loaded();
+    if (lock.error != 0) {
+        note(std::string("the dense weights are not locked in RAM (mlock: ") + std::strerror(lock.error) + "; " +
+             format_bytes(lock.bytes) +
+             " locked): under memory pressure the kernel may drop and re-read them. "
+             "Raise the limit (ulimit -l, LimitMEMLOCK=) to lock them.");
+    }
+    if (ps.flags.preload) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const uint64_t n = ps.model->pager().preload();
+        note("preloaded " + std::to_string(n) + " experts in " +
+             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
+    }
+    const PagerSnapshot s = ps.model->pager().stats();
+    note("model ready in " +
+         std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - ps.start).count()) + " s; " +
+         format_bytes(s.bytes_read) + " of experts read so far");
+    return true;
+}
+
+int run(int argc, char ** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    // A router's child gets the pager flags from its parent's environment; its own win.
+    std::vector<std::string> pager_args = decode_pager_flags(std::getenv(kPagerFlagsEnv));
+    const std::vector<std::string> own = pager_args_of(args);
+    pager_args.insert(pager_args.end(), own.begin(), own.end());
+    const PagerFlags flags = split_serve_args(pager_args).pager;
+    const SplitArgs split = split_serve_args(args);
+    if (split.help) {
+        std::fputs(pager_flags_help().c_str(), stdout);
+    }
+    // Router mode starts one child per model by re-executing this binary: as `epq serve`, with
+    // the same pager flags.
+    setenv(kPagerFlagsEnv, encode_pager_flags(pager_args).c_str(), 1);
+    setenv("LLAMA_APP_CMD", "serve", 1);
+
+    std::vector<std::string> llama_args = split.llama;
+    std::vector<char *> largv{argv[0]};
+    for (auto & a : llama_args) {
+        largv.push_back(a.data());
+    }
+    largv.push_back(nullptr);
+    const int largc = static_cast<int>(largv.size()) - 1;
+
+    // What llama_server(argc, argv) does before it calls llama_server(params, ...).
+    std::setlocale(LC_NUMERIC, "C");
+    signal(SIGPIPE, SIG_IGN);
+    common_params params;
+    common_init();
+    server_stream_session_manager_start();
+    if (!common_params_parse(largc, largv.data(), params, LLAMA_EXAMPLE_SERVER)) {
+        return 1;
+    }
+    llama_backend_init();
+    llama_numa_init(params.numa);
+
+    std::string why;
+    std::unique_ptr<PagedServe> ps = setup_pager(params, flags, llama_args, why);
+    PagerPageInfo info;
+    info.model = params.model.path;
+    info.not_paged = why;
+    if (ps) {
+        info.arena_reasoning = ps->model->arena_reasoning();
+        set_after_load_hook([&ps] { return after_load(*ps); });
+    }
+    const Pager * pager = ps ? &ps->model->pager() : nullptr;
+    set_before_listen_hook([pager, info](server_http_context & http) { add_pager_routes(http, pager, info); });
+    const int rc = llama_server(params, largc, largv.data());
+    common_log_flush(common_log_main());
+    return rc;
+}
+
+}  // namespace
+
+int serve_main(int argc, char ** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const Error & e) {
+        std::fprintf(stderr, "epq: error: %s\n", e.what());
+        return 1;
+    }
+}
+
+}  // namespace epq::server

@@ -1,0 +1,23 @@
+// Two points inside llama.cpp's server library where epq adds what only the pager knows,
+// reached without changing llama.cpp: the epq binary is linked with
+//   -Wl,--wrap=server_http_context::start()            (mangled: see server_hooks.cpp)
+//   -Wl,--wrap=server_context::load_model(common_params &)
+// llama_server() registers its routes and then starts listening; the start hook lets epq add
+// its own routes (the pager view) to the same HTTP server first. The load hook runs after the
+// model is loaded (the pager then releases the loader's mapping policy, locks the dense weights
+// and preloads if asked). Both wrapped calls are made from server.cpp into other objects of the
+// static library, so the linker redirects them; the pinned version keeps the names stable.
+#pragma once
+
+#include <functional>
+
+struct server_http_context;
+
+namespace epq::server {
+
+// Called with the HTTP server before it starts listening (single-model and router mode).
+void set_before_listen_hook(std::function<void(server_http_context &)> fn);
+// Called once the model has loaded; returns false to fail the load (the message already printed).
+void set_after_load_hook(std::function<bool()> fn);
+
+}  // namespace epq::server
