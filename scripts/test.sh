@@ -66,8 +66,9 @@ regular_tests() {
 # files, the expert index, command lines and traces; the arena, mappings, the read pool and
 # direct reads, I/O faults and a model file changed under the run; the pager end to end (chains,
 # scratch, read-ahead, prefetch, repacking, both layouts) on qwen3moe and gpt-oss (biases, its
-# own activation) and the sampled architectures of the gate; the verify checks; serve's HTTP
-# layer with hostile and vanishing clients. The rest differ from these only in what llama.cpp
+# own activation) and the sampled architectures of the gate; the verify checks; epq serve's own
+# parts (its flags, the memory budget, the pager's routes, router children) with llama.cpp's
+# server answering every API beside stock. The rest differ from these only in what llama.cpp
 # computes (every expert type, every architecture, the synthesizer's quantizers), which ASan
 # does not instrument here, and run in the regular stage.
 asan_tests() {
@@ -80,7 +81,6 @@ asan_tests() {
   asan+='|^Simulate\.'
   asan+='|^SimReport\.'
   asan+='|^RoutingStats\.'
-  asan+='|^TextStream\.'
   asan+='|^ByteSize\.'
   asan+='|^ArenaPlan\.'
   asan+='|^SlotArena\.'
@@ -109,8 +109,6 @@ asan_tests() {
   asan+='|^Memory/PagerScratch\..*/qwen3moe '
   asan+='|^Memory/PagerScratch\..*/gpt_oss '
   asan+='|^Verify/VerifyAll\..*/qwen3moe '
-  asan+='|^Serve/ServeBatch\..*/qwen3moe '
-  asan+='|^Serve/ServeBatch\..*/gpt_oss '
   asan+='|^Exactness/ArchGate\..*/gpt_oss '
   asan+='|^Exactness/ArchGate\..*/deepseek4 '
   asan+='|^Exactness/ArchGate\..*/llama4 '
@@ -120,11 +118,12 @@ asan_tests() {
   asan+='|^Exactness/TypeGate\..*/iq4_xs '
   asan+='|^Exactness/TypeGate\..*/mxfp4 '
   asan+='|^Batch/BatchExact\..*/qwen35moe '
-  asan+='|^Serve\.RoutesKeysAndOpenAIErrors'
-  asan+='|^Serve\.ClientThatGoesAway'
-  asan+='|^Serve\.FullQueue'
-  asan+='|^Serve\.SigtermEnds'
-  asan+='|^Serve\.CurlStreams'
+  asan+='|^ServeArgs\.'
+  asan+='|^ServeBudget\.'
+  asan+='|^Serve\.PagerViewBeside'
+  asan+='|^Serve\.BadStarts'
+  asan+='|^Serve\.RouterMode'
+  asan+='|^Serve/ServeIdentity\..*/nr '
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$asan")
   rm -rf build-asan/tests/models
@@ -133,12 +132,12 @@ asan_tests() {
 # TSan instruments epq's code and ggml's CPU backend (its workers run beside the pager's
 # threads) and slows that backend ten times over: one model family for the end-to-end tests,
 # every thread of the paging path (read pool, populate, prefetch, read-ahead, ggml's workers,
-# serve's engine).
+# and llama-server's HTTP threads reading the pager's statistics while it computes).
 # (ctest names parameterized tests "Suite.Test/name  # GetParam() = ...", hence "( |$)".)
 tsan_tests() {
   local tsan='^(Synth|ReadPool|DirectReader|Mapping|ModelFile)\.|^Pager/PagerPrefill\..*/qwen3moe( |$)'
-  tsan+='|^Faults/IoFaults\..*/(eio_once|short_reads)( |$)|^Serve/ServeBatch\..*/qwen3moe( |$)'
-  tsan+='|^Serve\.(ClientThatGoesAway|SigtermEnds)'
+  tsan+='|^Faults/IoFaults\..*/(eio_once|short_reads)( |$)|^Serve/ServeIdentity\..*/nr( |$)'
+  tsan+='|^Serve\.PagerViewBeside'
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$tsan")
   rm -rf build-tsan/tests/models

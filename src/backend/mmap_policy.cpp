@@ -117,6 +117,7 @@ extern "C" void * __wrap_mmap(void * addr, size_t len, int prot, int flags, int 
         if (epq::matches(fd)) {
             void * p = __real_mmap(addr, len, prot, flags & ~MAP_POPULATE, fd, off);
             if (p != MAP_FAILED) {
+                epq::g_policy.lock = epq::DenseLock{};  // what this mapping locks (an earlier one is gone)
                 posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
                 epq::advise(p, len);
                 ++epq::g_policy.applied;

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -36,12 +37,11 @@ double seconds_since(Clock::time_point t0) {
 // The counters the window needs: llama-server's from /metrics, the pager's from /epq/metrics.
 struct Counters {
     double tokens = 0, seconds = 0, steps = 0, missed = 0, read = 0, wait = 0, hits = 0, misses = 0, arena = 0;
+    std::map<int64_t, int64_t> decoded;  // task id -> tokens it has generated (/slots), busy slots only
 };
 
 Counters counters_of(const std::string & text) {
     static const std::pair<const char *, double Counters::*> kNames[] = {
-        {"llamacpp:tokens_predicted_total", &Counters::tokens},
-        {"llamacpp:tokens_predicted_seconds_total", &Counters::seconds},
         {"llamacpp:n_decode_total", &Counters::steps},
         {"epq:missed_expert_bytes_total", &Counters::missed},
         {"epq:bytes_read_total", &Counters::read},
@@ -206,11 +206,28 @@ struct StreamBench {
             clients.emplace_back(stream_one, port, body, std::ref(pr),
                                  std::ref(r.ttft_seconds[static_cast<size_t>(i)]));
         }
+        // llama-server counts a request's generated tokens when it ends, so the window reads
+        // each busy slot's tokens so far from /slots and the decode steps from /metrics
+        // (n_decode_total, counted live), and takes the time here.
+        const auto t_start = Clock::now();
         const auto sample = [&]() {
+            const auto sl = cli.Get("/slots");
             const auto m = cli.Get("/metrics");
             const auto pm = cli.Get("/epq/metrics");
-            return counters_of((m && m->status == 200 ? m->body : "") + "\n" +
-                               (pm && pm->status == 200 ? pm->body : ""));
+            Counters c = counters_of((m && m->status == 200 ? m->body : "") + "\n" +
+                                     (pm && pm->status == 200 ? pm->body : ""));
+            c.seconds = seconds_since(t_start);
+            const json slots = json::parse(sl && sl->status == 200 ? sl->body : "[]", nullptr, false);
+            if (slots.is_array()) {
+                for (const auto & slot : slots) {
+                    if (slot.value("is_processing", false) && slot.contains("next_token") &&
+                        !slot["next_token"].empty()) {
+                        c.decoded[slot.value("id_task", int64_t{-1})] =
+                            slot["next_token"][0].value("n_decoded", int64_t{0});
+                    }
+                }
+            }
+            return c;
         };
         Counters a, b;
         {
@@ -241,7 +258,14 @@ struct StreamBench {
             return r;
         }
         r.ok = r.error.empty();
-        r.decode_tps = (b.tokens - a.tokens) / (b.seconds - a.seconds);
+        // Tokens generated in the window: a request still running counts what it added, one that
+        // ended counts the rest of its -n.
+        double window_tokens = 0;
+        for (const auto & [task, n_at_a] : a.decoded) {
+            const auto at_b = b.decoded.find(task);
+            window_tokens += static_cast<double>((at_b != b.decoded.end() ? at_b->second : n_predict) - n_at_a);
+        }
+        r.decode_tps = window_tokens / (b.seconds - a.seconds);
         r.step_seconds = (b.seconds - a.seconds) / r.steps;
         r.wait_per_step = (b.wait - a.wait) / r.steps;
         r.missed_per_step = (b.missed - a.missed) / r.steps;

@@ -174,9 +174,9 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
 }
 
 DenseLock PagedModel::loaded() {
-    const DenseLock lock = dense_lock();
-    clear_lazy_mapping();
-    return lock;
+    // The policy stays until the pager goes: a server that sleeps when idle (llama-server's
+    // --sleep-idle-seconds) frees the model and loads it again, and that mapping must be as lazy.
+    return dense_lock();
 }
 
 PagedModel::~PagedModel() {

@@ -43,8 +43,8 @@ public:
     const std::string & arena_reasoning() const { return arena_reasoning_; }
     // Null-terminated, for llama_model_params.tensor_buft_overrides.
     const llama_model_tensor_buft_override * overrides() const { return overrides_.data(); }
-    // Call once the model is loaded: the file mapping exists, the policy is no longer needed.
-    // Returns the dense bytes locked in RAM, and why not all were (0: all were).
+    // Call once the model is loaded: returns the dense bytes locked in RAM, and why not all were
+    // (0: all were). Later mappings of the file (a model loaded again) get the same policy.
     DenseLock loaded();
 
 private:
