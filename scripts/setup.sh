@@ -14,7 +14,7 @@ shift || true
 # Command -> Debian package, and packages found by dpkg.
 # gnuplot draws `epq bench --plot`; node runs the OpenAI client tests.
 declare -A cmd_pkg=([cmake]=cmake [g++]=g++ [make]=make [git]=git [npm]=npm [gnuplot]=gnuplot-nox [ccache]=ccache)
-lib_pkgs=(libgtest-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev pkg-config)
+lib_pkgs=(libgtest-dev libcli11-dev)
 
 missing=()
 for cmd in "${!cmd_pkg[@]}"; do

@@ -430,3 +430,24 @@ TEST(Serve, UnderAMemoryCapAnswersEveryRequestWithoutOomKill) {
     ASSERT_NE(at, std::string::npos) << log;
     EXPECT_NE(log.find("OOM-killed: no", at), std::string::npos) << log.substr(at);
 }
+
+// A disk that fails every expert read from some point on: each request gets an error response,
+// the log says why, and the server stays up (and stops cleanly).
+TEST(Serve, ExpertReadErrorsFailTheRequestsNotTheServer) {
+    ServeProcess s(std::vector<std::string>{"/usr/bin/env", "EPQ_IO_FAULT=eio,after=3,count=0", EPQ_FAULTS_BINARY,
+                                            "serve", "-m", model(), "--host", "127.0.0.1", "--port", "0", "-t", "2",
+                                            "-c", "1024", "-np", "1", "--arena", "6M"});
+    const json body = {{"messages", kUser}, {"max_tokens", 8}, {"temperature", 0}};
+    for (int i = 0; i < 2; ++i) {
+        const Reply failed = post_raw(s.port(), "/v1/chat/completions", body);
+        EXPECT_GE(failed.status, 400) << failed.body;
+        EXPECT_NE(failed.body.find("error"), std::string::npos) << failed.body;
+    }
+    EXPECT_NE(s.log().find("epq: pager: "), std::string::npos) << s.log();
+    EXPECT_TRUE(s.running());
+    httplib::Client c("127.0.0.1", s.port());
+    auto health = c.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    EXPECT_EQ(s.stop(), 0) << s.log();
+}

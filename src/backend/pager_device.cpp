@@ -5,6 +5,7 @@
 
 #include "ggml-backend-impl.h"
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -34,7 +35,12 @@ Pager * pager_of(ggml_backend_dev_t dev) {
     return state_of(dev).pager;
 }
 
+std::atomic<bool> g_log_errors{false};
+
 void set_last_error(ggml_backend_dev_t dev, std::string e) {
+    if (g_log_errors) {
+        std::fprintf(stderr, "epq: pager: %s\n", e.c_str());
+    }
     DeviceState & s = state_of(dev);
     std::lock_guard<std::mutex> lock(s.error_mu);
     s.last_error = std::move(e);
@@ -333,6 +339,10 @@ void check_attached_model_file() {
 void attach_pager(Pager * pager) {
     state_of(&g_device).pager = pager;
     set_last_error(&g_device, "");
+}
+
+void log_pager_errors(bool on) {
+    g_log_errors = on;
 }
 
 std::string pager_last_error() {

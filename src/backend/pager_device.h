@@ -28,5 +28,8 @@ void attach_pager(Pager * pager);
 void check_attached_model_file();
 // The last error the device hit while computing, or "" (llama.cpp only sees a status code).
 std::string pager_last_error();
+// Also print each error to stderr as it happens: for callers that cannot ask (a server, whose
+// log then says why a request failed).
+void log_pager_errors(bool on);
 
 }  // namespace epq

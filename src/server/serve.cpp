@@ -1,5 +1,6 @@
 #include "server/serve.h"
 
+#include "backend/pager_device.h"
 #include "engine/memory_budget.h"
 #include "engine/paged_model.h"
 #include "gguf/expert_index.h"
@@ -129,6 +130,8 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     po.repack = !params.no_extra_bufts;
     po.other_needs = plan.needs;
     ps->model = std::make_unique<PagedModel>(params.model.path, po);
+    // llama-server only sees a failed decode ("Compute error."): the log says why.
+    log_pager_errors(true);
 
     // The pager's patterns first: llama.cpp takes the first pattern that matches a tensor, and a
     // user's own `-ot exps=CPU` (the usual recipe without epq) must not take the experts back.
@@ -242,6 +245,9 @@ int serve_main(int argc, char ** argv) {
     } catch (const Error & e) {
         std::fprintf(stderr, "epq: error: %s\n", e.what());
         return 1;
+    } catch (const std::exception & e) {
+        std::fprintf(stderr, "epq: internal error: %s\n", e.what());
+        return 2;
     }
 }
 
