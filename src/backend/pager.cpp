@@ -6,6 +6,7 @@
 #include "util/scoped_timer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <memory>
 
@@ -93,6 +94,15 @@ void Pager::compute(ggml_cgraph * graph) {
     store_.check_deferred_error();
     ScopedTimer timer(telemetry_.counters().pager_seconds);
     const int n = ggml_graph_n_nodes(graph);
+    if (dry_run_) {
+        for (int k = 0; k < n; ++k) {
+            ggml_tensor * node = ggml_graph_node(graph, k);
+            if (!is_layout_node(node) && !node->view_src && node->data) {
+                std::memset(node->data, 0, ggml_nbytes(node));
+            }
+        }
+        return;
+    }
     int i = 0;
     while (i < n) {
         ggml_tensor * node = ggml_graph_node(graph, i);

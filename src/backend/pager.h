@@ -21,6 +21,7 @@
 
 #include "ggml.h"
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -60,6 +61,11 @@ public:
     ExpertSlotView hold_expert(int layer, int32_t expert) { return store_.hold(layer, expert); }
 
     void set_n_threads(int n) { chain_.set_n_threads(n); }
+    // While on, the pager reads and computes nothing: every expert node's output is zeros. For
+    // decodes whose outputs nobody reads (llama-server's start-up probe, which decodes 2 tokens
+    // to learn whether the KV cache can drop a sequence's tail, then clears it): without this
+    // it would read 2 x top-k experts per layer (1.26 GiB on the 30B preset) at load.
+    void set_dry_run(bool on) { dry_run_ = on; }
     // Throws epq::Error if the model file was truncated or rewritten since the pager opened it:
     // the dense weights are mapped from it, so with every expert resident nothing else would see
     // a rewrite. A few microseconds (two stat calls); the engines call it after every batch.
@@ -112,6 +118,7 @@ private:
     // Held while a graph computes: stats() and view() take it too, so a server's HTTP
     // threads read the pager between two of its computes, never in the middle of one.
     mutable std::mutex compute_mu_;
+    std::atomic<bool> dry_run_{false};
     PagerTelemetry telemetry_;
     ExpertStore store_;
     ChainCompute chain_;

@@ -132,6 +132,9 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     ps->model = std::make_unique<PagedModel>(params.model.path, po);
     // llama-server only sees a failed decode ("Compute error."): the log says why.
     log_pager_errors(true);
+    // What llama-server decodes while it loads is its start-up probe (warm-up is off): nothing
+    // reads its outputs, so the pager reads nothing for it (after_load turns this off).
+    ps->model->pager().set_dry_run(true);
 
     // The pager's patterns first: llama.cpp takes the first pattern that matches a tensor, and a
     // user's own `-ot exps=CPU` (the usual recipe without epq) must not take the experts back.
@@ -165,6 +168,7 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
 }
 
 bool after_load(PagedServe & ps) {
+    ps.model->pager().set_dry_run(false);
     const DenseLock lock = ps.model->loaded();
     if (lock.error != 0) {
         note(std::string("the dense weights are not locked in RAM (mlock: ") + std::strerror(lock.error) + "; " +
