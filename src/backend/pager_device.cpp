@@ -38,7 +38,7 @@ Pager * pager_of(ggml_backend_dev_t dev) {
 std::atomic<bool> g_log_errors{false};
 
 void set_last_error(ggml_backend_dev_t dev, std::string e) {
-    if (g_log_errors) {
+    if (g_log_errors && !e.empty()) {
         std::fprintf(stderr, "epq: pager: %s\n", e.c_str());
     }
     DeviceState & s = state_of(dev);

@@ -91,6 +91,9 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     const bool warmup_asked = params.warmup;
     params.warmup = false;
     // --fit sizes the context and layers to device memory; epq sizes them to the memory limit.
+    if (given(llama_args, {"-fit", "--fit"}, "LLAMA_ARG_FIT") && params.fit_params) {
+        note("--fit is off: the pager sizes the arena, the context and the server's caches to the memory limit");
+    }
     params.fit_params = false;
     if (params.n_parallel < 0) {  // llama_server's own default, applied here so the budget sees it
         params.n_parallel = 4;
@@ -142,10 +145,15 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     for (const auto * o = ps->model->overrides(); o->pattern; ++o) {
         ot.push_back(*o);
     }
+    const size_t n_pager = ot.size();
     for (const auto & o : params.tensor_buft_overrides) {
         if (o.pattern) {
             ot.push_back(o);
         }
+    }
+    if (ot.size() > n_pager) {
+        note("your tensor overrides (-ot, --cpu-moe, --n-cpu-moe) apply to the tensors the pager does not serve: "
+             "the routed experts stay with the pager");
     }
     ot.resize(std::max(ot.size() + 1, params.tensor_buft_overrides.size()), {nullptr, nullptr});
     params.tensor_buft_overrides = ot;
