@@ -95,9 +95,14 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
         note("--fit is off: the pager sizes the arena, the context and the server's caches to the memory limit");
     }
     params.fit_params = false;
-    if (params.n_parallel < 0) {  // llama_server's own default, applied here so the budget sees it
+    // llama_server's own defaults for the slots and the KV pool, applied here so the budget sees them.
+    if (params.n_parallel < 0) {
         params.n_parallel = 4;
         params.kv_unified = true;
+    }
+    if (params.kv_unified_per_slot > 0 && params.n_ctx == 0 &&
+        static_cast<uint32_t>(params.fit_params_min_ctx) != UINT32_MAX) {
+        params.n_ctx = params.n_parallel * params.kv_unified_per_slot;
     }
 
     const MemoryAvailable mem = available_memory();
