@@ -251,6 +251,10 @@ int run(int argc, char ** argv) {
     set_before_listen_hook([pager, info](server_http_context & http) { add_pager_routes(http, pager, info); });
     const int rc = llama_server(params, largc, largv.data());
     common_log_flush(common_log_main());
+    if (ps && !flags.trace.empty()) {
+        ps->model->pager().flush_trace();  // throws epq::Error when the write fails
+        note("routing trace written to " + flags.trace);
+    }
     return rc;
 }
 
