@@ -55,6 +55,82 @@ struct PagedServe {
     std::chrono::steady_clock::time_point start;
 };
 
+// What llama-server would do that a paged model must not, changed in `params` and said.
+// Returns whether warm-up was asked for (it is turned off; the note comes with the expert bytes).
+bool adapt_server_defaults(common_params & params, const std::vector<std::string> & llama_args) {
+    // Loading reads only the dense bytes: through the mapping the pager's policy shapes.
+    if (params.load_mode != LLAMA_LOAD_MODE_AUTO && params.load_mode != LLAMA_LOAD_MODE_MMAP) {
+        note(std::string("the model is loaded through mmap whatever the load mode (") +
+             llama_load_mode_name(params.load_mode) +
+             " would read every expert at load); the dense weights are locked in RAM by epq where it can");
+    }
+    params.load_mode = LLAMA_LOAD_MODE_MMAP;
+    const bool warmup_asked = params.warmup;
+    params.warmup = false;
+    // --fit sizes the context and layers to device memory; epq sizes them to the memory limit.
+    if (given(llama_args, {"-fit", "--fit"}, "LLAMA_ARG_FIT") && params.fit_params) {
+        note("--fit is off: the pager sizes the arena, the context and the server's caches to the memory limit");
+    }
+    params.fit_params = false;
+    // llama_server's own defaults for the slots and the KV pool, applied here so the budget sees them.
+    if (params.n_parallel < 0) {
+        params.n_parallel = 4;
+        params.kv_unified = true;
+    }
+    if (params.kv_unified_per_slot > 0 && params.n_ctx == 0 &&
+        static_cast<uint32_t>(params.fit_params_min_ctx) != UINT32_MAX) {
+        params.n_ctx = params.n_parallel * params.kv_unified_per_slot;
+    }
+    return warmup_asked;
+}
+
+// The server's own memory (serve_budget.h), with the defaults that would crowd it lowered in
+// `params`.
+ServeMemoryPlan plan_server_memory(common_params & params, const GgufFile & file,
+                                   const std::vector<std::string> & llama_args) {
+    ServeMemoryRequest req;
+    req.n_ctx = params.n_ctx;
+    req.n_parallel = params.n_parallel;
+    req.cache_ram_mib = params.cache_ram_mib;
+    req.cache_ram_given = given(llama_args, {"-cram", "--cache-ram"}, "LLAMA_ARG_CACHE_RAM");
+    req.n_ctx_checkpoints = params.n_ctx_checkpoints;
+    req.checkpoints_given =
+        given(llama_args, {"-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"}, "LLAMA_ARG_CTX_CHECKPOINTS");
+    req.draft_path = params.speculative.draft.mparams.path;
+    req.mmproj_path = params.no_mmproj ? "" : params.mmproj.path;
+    const ServeMemoryPlan plan = plan_serve_memory(file, req, available_memory().bytes);
+    for (const auto & n : plan.notes) {
+        note(n);
+    }
+    params.n_ctx = plan.n_ctx;
+    params.cache_ram_mib = plan.cache_ram_mib;
+    params.n_ctx_checkpoints = plan.n_ctx_checkpoints;
+    return plan;
+}
+
+// The pager's patterns first: llama.cpp takes the first pattern that matches a tensor, and a
+// user's own `-ot exps=CPU` (the usual recipe without epq) must not take the experts back.
+void override_experts(common_params & params, const PagedModel & model) {
+    std::vector<llama_model_tensor_buft_override> ot;
+    for (const auto * o = model.overrides(); o->pattern; ++o) {
+        ot.push_back(*o);
+    }
+    const size_t n_pager = ot.size();
+    for (const auto & o : params.tensor_buft_overrides) {
+        if (o.pattern) {
+            ot.push_back(o);
+        }
+    }
+    if (ot.size() > n_pager) {
+        note(
+            "your tensor overrides (-ot, --cpu-moe, --n-cpu-moe) apply to the tensors the pager does not serve: "
+            "the routed experts stay with the pager");
+    }
+    // Null-padded as llama.cpp's parser leaves it (its --fit reads a fixed number of entries).
+    ot.resize(std::max(ot.size() + 1, params.tensor_buft_overrides.size()), {nullptr, nullptr});
+    params.tensor_buft_overrides = ot;
+}
+
 // Sets the server's parameters up for paging `params.model.path`. Returns null (the model is
 // served as stock llama-server serves it) when there is nothing to page, saying why in `why`.
 std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags & flags,
@@ -80,49 +156,8 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     auto ps = std::make_unique<PagedServe>();
     ps->flags = flags;
     ps->start = std::chrono::steady_clock::now();
-
-    // Loading reads only the dense bytes: through the mapping the pager's policy shapes.
-    if (params.load_mode != LLAMA_LOAD_MODE_AUTO && params.load_mode != LLAMA_LOAD_MODE_MMAP) {
-        note(std::string("the model is loaded through mmap whatever the load mode (") +
-             llama_load_mode_name(params.load_mode) +
-             " would read every expert at load); the dense weights are locked in RAM by epq where it can");
-    }
-    params.load_mode = LLAMA_LOAD_MODE_MMAP;
-    const bool warmup_asked = params.warmup;
-    params.warmup = false;
-    // --fit sizes the context and layers to device memory; epq sizes them to the memory limit.
-    if (given(llama_args, {"-fit", "--fit"}, "LLAMA_ARG_FIT") && params.fit_params) {
-        note("--fit is off: the pager sizes the arena, the context and the server's caches to the memory limit");
-    }
-    params.fit_params = false;
-    // llama_server's own defaults for the slots and the KV pool, applied here so the budget sees them.
-    if (params.n_parallel < 0) {
-        params.n_parallel = 4;
-        params.kv_unified = true;
-    }
-    if (params.kv_unified_per_slot > 0 && params.n_ctx == 0 &&
-        static_cast<uint32_t>(params.fit_params_min_ctx) != UINT32_MAX) {
-        params.n_ctx = params.n_parallel * params.kv_unified_per_slot;
-    }
-
-    const MemoryAvailable mem = available_memory();
-    ServeMemoryRequest req;
-    req.n_ctx = params.n_ctx;
-    req.n_parallel = params.n_parallel;
-    req.cache_ram_mib = params.cache_ram_mib;
-    req.cache_ram_given = given(llama_args, {"-cram", "--cache-ram"}, "LLAMA_ARG_CACHE_RAM");
-    req.n_ctx_checkpoints = params.n_ctx_checkpoints;
-    req.checkpoints_given =
-        given(llama_args, {"-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"}, "LLAMA_ARG_CTX_CHECKPOINTS");
-    req.draft_path = params.speculative.draft.mparams.path;
-    req.mmproj_path = params.no_mmproj ? "" : params.mmproj.path;
-    const ServeMemoryPlan plan = plan_serve_memory(file, req, mem.bytes);
-    for (const auto & n : plan.notes) {
-        note(n);
-    }
-    params.n_ctx = plan.n_ctx;
-    params.cache_ram_mib = plan.cache_ram_mib;
-    params.n_ctx_checkpoints = plan.n_ctx_checkpoints;
+    const bool warmup_asked = adapt_server_defaults(params, llama_args);
+    const ServeMemoryPlan plan = plan_server_memory(params, file, llama_args);
 
     PagedModelOptions po;
     po.arena = flags.arena;
@@ -143,25 +178,7 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     // What llama-server decodes while it loads is its start-up probe (warm-up is off): nothing
     // reads its outputs, so the pager reads nothing for it (after_load turns this off).
     ps->model->pager().set_dry_run(true);
-
-    // The pager's patterns first: llama.cpp takes the first pattern that matches a tensor, and a
-    // user's own `-ot exps=CPU` (the usual recipe without epq) must not take the experts back.
-    std::vector<llama_model_tensor_buft_override> ot;
-    for (const auto * o = ps->model->overrides(); o->pattern; ++o) {
-        ot.push_back(*o);
-    }
-    const size_t n_pager = ot.size();
-    for (const auto & o : params.tensor_buft_overrides) {
-        if (o.pattern) {
-            ot.push_back(o);
-        }
-    }
-    if (ot.size() > n_pager) {
-        note("your tensor overrides (-ot, --cpu-moe, --n-cpu-moe) apply to the tensors the pager does not serve: "
-             "the routed experts stay with the pager");
-    }
-    ot.resize(std::max(ot.size() + 1, params.tensor_buft_overrides.size()), {nullptr, nullptr});
-    params.tensor_buft_overrides = ot;
+    override_experts(params, *ps->model);
 
     const auto & idx = ps->model->index();
     const auto & ap = ps->model->pager().plan();
