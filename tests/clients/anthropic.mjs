@@ -36,10 +36,10 @@ async function scenario(base) {
   out.message = messageOf(plain);
 
   // The SDK's stream helper: text events as they come, then the message it put together. (It
-  // is not required to equal the plain message: llama-server's Messages API always reuses the
-  // prompt cache, and a prompt read from the cache is computed in other batch sizes, where a
-  // random model's greedy choice at a near-tie can follow the last bit. Stock's answer to the
-  // same request after the same history is the reference.)
+  // is not required to equal the plain message: llama-server's Messages API takes no
+  // cache_prompt, so this request reads the plain one's prompt from the cache, computed in other
+  // batch sizes, where a random model's greedy choice at a near-tie can follow the last bit.
+  // Stock's answer to the same request after the same history is the reference.)
   const helper = client.messages.stream(ask);
   let text = '';
   helper.on('text', (t) => (text += t));
