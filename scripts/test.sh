@@ -40,7 +40,8 @@ finish() {
 trap finish EXIT
 
 install_test_tools() {
-  # The OpenAI client tests drive epq serve with the official openai package, pinned by the lockfile.
+  # The client tests drive epq serve with the openai, Anthropic and Vercel AI SDKs and puppeteer-core,
+  # pinned by the lockfile.
   (cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)
   # The chat page is tried in Debian's chromium, driven headless (the test skips without it).
   if command -v chromium >/dev/null 2>&1; then

@@ -1,186 +1,170 @@
-// The chat page of a running epq serve, in a real browser (Debian's chromium, driven headless by
-// puppeteer-core): node page.mjs BASE_URL KEY OUT_DIR CHROMIUM
-// Sends a message and watches the reply stream in, checks it is the text the API gives for the
-// same request, stops a reply, watches the heat map change, checks that model text with markup
-// is shown as text, and saves screenshots at desktop and phone widths into OUT_DIR.
-// Exits non-zero with a message on the first check that fails.
+// epq serve's page at /epq/ in a real browser (Debian's chromium, driven headless by
+// puppeteer-core): node page.mjs BASE_URL [STOCK_BASE_URL]
+// Inside the page's frame, llama.cpp's own web UI is driven as a person would: a message typed
+// and sent with Enter, the reply watched as it streams in (the UI must show the text the API
+// gives for the same request),
+// then a long reply stopped with the Stop button, which must free the server's slot. Beside it,
+// the pager panel must follow: its facts filled and showing the server's current counters, the
+// heat map drawn to the model's shape and changed by the reply, /epq/stats' misses grown. With a
+// stock llama-server given, its own UI at / gets the same message and must show the same reply.
+// Environment: CHROMIUM (default /usr/bin/chromium); PAGE_SHOTS, a directory for screenshots.
+// The server runs with one slot; the UI's sampling is set to greedy and 24 tokens through its
+// saved settings (the keys and format its settings dialog writes).
 import puppeteer from 'puppeteer-core';
 import assert from 'node:assert/strict';
+import { servers, slotsIdle, waitFor } from './common.mjs';
 
-const [base, key, outDir, chromium] = process.argv.slice(2);
+const { base, stock } = servers('page.mjs');
+const shots = process.env.PAGE_SHOTS;
+const settings = (maxTokens) => ({ max_tokens: maxTokens, temperature: 0 });
+const letters = (s) => s.replace(/[^\p{L}\p{N}]/gu, '');  // what survives markdown rendering
+
 const browser = await puppeteer.launch({
-  executablePath: chromium,
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   headless: true,
   args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
 });
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function waitFor(what, fn, ms = 60000) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error('timed out waiting for ' + what);
-    await sleep(50);
+// Sends `text` in the UI in `frame` and waits for the reply to end; returns what the UI shows
+// and what the server answers to the UI's request sent again through the API, not streamed and
+// without the prompt cache (the UI's request was the server's first: computed the same way).
+async function converse(page, frame, url, text) {
+  let sent = null, done = false;
+  const onRequest = (r) => {
+    if (r.method() === 'POST' && r.url().endsWith('/v1/chat/completions')) sent = JSON.parse(r.postData());
+  };
+  const onFinished = (r) => {
+    if (r.method() === 'POST' && r.url().endsWith('/v1/chat/completions')) done = true;
+  };
+  page.on('request', onRequest);
+  page.on('requestfinished', onFinished);
+  // Every state the reply's text takes, recorded by the page itself as it renders: a tiny model
+  // can stream several tokens between two polls from here.
+  await frame.evaluate(() => {
+    window.__states = [];
+    new MutationObserver(() => {
+      const all = document.querySelectorAll('.chat-message-assistant .markdown-content');
+      const t = all.length ? all[all.length - 1].textContent : '';
+      if (t !== window.__states.at(-1)) window.__states.push(t);
+    }).observe(document.body, { childList: true, subtree: true, characterData: true });
+  });
+  const input = 'form.conversation-chat-form textarea';
+  await frame.waitForSelector(input);
+  await frame.type(input, text);
+  await frame.focus(input);
+  await page.keyboard.press('Enter');
+  await waitFor('the reply to start', () => stopButton(frame));
+  await waitFor('the reply to end', async () => done && !(await stopButton(frame)), 120000);
+  page.off('request', onRequest);
+  page.off('requestfinished', onFinished);
+  assert.ok(sent.stream, 'the UI streams');
+  assert.equal(sent.max_tokens, 24, 'the UI took its saved settings');
+  const api = await (await fetch(`${url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ ...sent, stream: false, cache_prompt: false }),
+  })).json();
+  const shown = await frame.$$eval('.chat-message-assistant .markdown-content', (all) => all.at(-1).textContent);
+  const states = (await frame.evaluate(() => window.__states)).filter((t) => t.trim());
+  return { api: api.choices[0].message.content, finish: api.choices[0].finish_reason, shown: shown.trim(), states };
+}
+
+// The UI's Stop button, there while a reply streams.
+async function stopButton(frame) {
+  for (const b of await frame.$$('form.conversation-chat-form button')) {
+    if ((await b.evaluate((e) => e.querySelector('.sr-only')?.textContent)) === 'Stop') return b;
   }
+  return null;
+}
+
+// Opens the UI for `url` (epq: /epq/ and the UI in its frame; stock: the UI at /), has a reply
+// streamed and a long one stopped. Returns what must be the same on both servers.
+async function scenario(url, epq) {
+  const context = await browser.createBrowserContext();  // its own storage: a first visit
+  const page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.evaluateOnNewDocument((s) => {
+    if (!localStorage.getItem('LlamaUi.config')) {
+      localStorage.setItem('LlamaUi.config', JSON.stringify(s));
+      localStorage.setItem('LlamaUi.userOverrides', JSON.stringify(Object.keys(s)));
+    }
+  }, settings(24));
+  await page.setViewport({ width: 1400, height: 900 });
+  const stats = async () => (await fetch(`${url}/epq/stats`)).json();
+  let frame = page.mainFrame(), before = null, heatBefore = null;
+  if (epq) {
+    await page.goto(url + '/epq/', { waitUntil: 'load' });
+    await waitFor('the health pill', () => page.$eval('#health', (e) => e.textContent === 'ready'));
+    await waitFor('the pager facts', () => page.$$eval('#pager-facts dt', (d) => d.length >= 5));
+    before = await stats();
+    assert.ok(before.paged, 'the server is not paged');
+    const shape = await page.$eval('#heat', (c) => [c.width, c.height]);
+    assert.deepEqual(shape, [before.view.n_expert, before.view.layers.length], 'the heat map has the model\'s shape');
+    heatBefore = await page.$eval('#heat', (c) => c.toDataURL());
+    frame = await (await page.$('#chat')).contentFrame();
+  } else {
+    await page.goto(url + '/', { waitUntil: 'load' });
+  }
+
+  // 1. A reply streams in and the UI shows the text the server streamed.
+  const reply = await converse(page, frame, url, 'Tell me about the arena.');
+  assert.ok(reply.api.length > 0, 'no text');
+  assert.ok(reply.states.length >= 2, `the text arrived in pieces, not at once: ${reply.states.length} states`);
+  assert.equal(letters(reply.shown), letters(reply.api), `the UI shows the API's text:\n${reply.shown}\n${reply.api}`);
+  console.log(`page: ${url}: reply of ${reply.api.length} characters in ${reply.states.length} states, ` +
+              `finish ${reply.finish}`);
+
+  // 2. The pager panel follows: the counters it shows are the server's, the heat map moved.
+  if (epq) {
+    const now = await stats();
+    assert.ok(now.pager.misses > before.pager.misses, 'the reply read no experts');
+    assert.ok(now.pager.tokens > before.pager.tokens);
+    await waitFor('the panel to show the current counters', async () => {
+      const s = await stats();
+      const facts = await page.$eval('#pager-facts', (e) => e.textContent);
+      return facts.includes(` in ${s.pager.misses} experts`);
+    }, 10000);
+    await waitFor('the heat map to change', async () => (await page.$eval('#heat', (c) => c.toDataURL())) !== heatBefore,
+                  10000);
+    const tps = await page.$eval('#v-tokens', (e) => e.textContent);
+    assert.match(tps, /^[0-9.]+$/, 'tokens/s is shown');
+    const facts = await page.$$eval('#pager-facts dt',
+      (dts) => dts.map((d) => `${d.textContent}: ${d.nextElementSibling.textContent}`).join('; '));
+    console.log(`page: pager facts: ${facts}; misses ${before.pager.misses} -> ${now.pager.misses}`);
+    if (shots) await page.screenshot({ path: `${shots}/epq-page.png` });
+  } else if (shots) {
+    await page.screenshot({ path: `${shots}/stock-ui.png` });
+  }
+
+  // 3. Stop: a long reply stopped once text arrives frees the slot. (The UI keeps a stream
+  // alive on the server when its page goes away; Stop must end it.)
+  await frame.evaluate((s) => localStorage.setItem('LlamaUi.config', JSON.stringify(s)), settings(4000));
+  await frame.evaluate(() => location.reload());
+  await frame.waitForSelector('form.conversation-chat-form textarea');
+  const n = await frame.$$eval('.chat-message-assistant', (a) => a.length);
+  await frame.type('form.conversation-chat-form textarea', 'Now write a very long story.');
+  await frame.focus('form.conversation-chat-form textarea');
+  await page.keyboard.press('Enter');
+  await waitFor('the long reply to show text', () => frame.$$eval('.chat-message-assistant .markdown-content',
+    (all, n) => all.length > n && all.at(-1).textContent.trim().length > 0, n), 60000);
+  await (await stopButton(frame)).click();
+  await waitFor('the Stop button to go', async () => !(await stopButton(frame)), 10000);
+  assert.ok(await slotsIdle(url), 'the stopped reply still holds a slot');
+  console.log(`page: ${url}: stopped; the slot is free`);
+
+  assert.deepEqual(errors, [], 'the page threw');
+  await context.close();
+  return { api: reply.api, shown: reply.shown, finish: reply.finish };
 }
 
 try {
-  const page = await browser.newPage();
-  const errors = [];
-  page.on('pageerror', (e) => errors.push(String(e)));
-  let asked = 0;
-  page.on('dialog', async (d) => {
-    ++asked;
-    await d.accept(key);  // the page asks for the API key once, on its first 401
-  });
-  await page.setViewport({width: 1280, height: 800});
-  await page.goto(base + '/', {waitUntil: 'load'});
-  await waitFor('the health pill', () => page.$eval('#health', (e) => e.textContent === 'ready'));
-
-  const assistantText = () => page.evaluate(() => {
-    const all = document.querySelectorAll('.msg.assistant .body');
-    return all.length ? all[all.length - 1].textContent : '';
-  });
-  const lastStats = () => page.evaluate(() => {
-    const all = document.querySelectorAll('.msg.assistant .stats');
-    return all.length ? all[all.length - 1].textContent : '';
-  });
-  const stored = () => page.evaluate(() => {
-    const cs = JSON.parse(localStorage.getItem('epq.conversations'));
-    const c = cs.find((x) => x.id === JSON.parse(localStorage.getItem('epq.current')));
-    return c.messages[c.messages.length - 1];
-  });
-  const heat = () => page.$eval('#heat', (c) => c.toDataURL());
-  const replies = () => page.$$eval('.msg.assistant', (a) => a.length);
-  // Sends a message and waits for its reply to appear (empty at first).
-  async function send(text) {
-    const n = await replies();
-    await page.click('#input');
-    await page.keyboard.type(text);
-    await page.keyboard.press('Enter');
-    await waitFor('the reply to appear', async () => (await replies()) > n);
+  const got = await scenario(base, true);
+  if (stock) {
+    const want = await scenario(stock, false);
+    assert.deepEqual(got, want, 'epq\'s page and stock\'s UI show different replies');
+    console.log('page: the same reply as in stock llama-server\'s UI');
   }
-  async function setField(id, value) {
-    await page.$eval('#settings', (d) => (d.open = true));
-    await page.$eval(id, (e, v) => {
-      e.value = v;
-      e.dispatchEvent(new Event('change'));
-    }, String(value));
-  }
-
-  // 1. A reply streams in: the text grows over several polls before the reply ends.
-  await setField('#temperature', 0);
-  await setField('#max-tokens', 24);
-  const heatBefore = await heat();
-  const prompt = 'Tell me about the arena.';
-  // Every state the reply's text takes in the page, as the page renders it: a tiny model streams
-  // 24 tokens faster than any poll, so the page itself records each render.
-  await page.evaluate(() => {
-    window.__replyStates = [];
-    new MutationObserver(() => {
-      const all = document.querySelectorAll('.msg.assistant .body');
-      const text = all.length ? all[all.length - 1].textContent : '';
-      if (text !== window.__replyStates[window.__replyStates.length - 1]) window.__replyStates.push(text);
-    }).observe(document.body, {childList: true, subtree: true, characterData: true});
-  });
-  await send(prompt);
-  const seen = new Set();
-  await waitFor('the reply to finish', async () => {
-    seen.add(await assistantText());
-    return (await lastStats()) !== '';
-  });
-  for (const t of await page.evaluate(() => window.__replyStates)) seen.add(t);
-  const reply = await stored();
-  assert.ok(!reply.error, 'the reply failed: ' + reply.error);
-  assert.ok(reply.content.length > 0, 'the reply has text');
-  assert.ok([...seen].filter((t) => t.length > 0).length >= 2, 'the text arrived in pieces, not at once');
-  assert.equal(asked, 1, 'the page asked for the API key once');
-  console.log(`streamed: ${reply.content.length} characters in ${seen.size} states; ${await lastStats()}`);
-
-  // 2. The same request through the API gives the same text.
-  const api = await fetch(base + '/v1/chat/completions', {
-    method: 'POST',
-    headers: {'Content-Type': 'application/json', Authorization: 'Bearer ' + key},
-    body: JSON.stringify({messages: [{role: 'user', content: prompt}], temperature: 0, max_tokens: 24,
-                          cache_prompt: false}),
-  }).then((r) => r.json());
-  assert.equal(reply.content, api.choices[0].message.content, 'the page shows the text the API returns');
-  console.log('same text as the API');
-
-  // 3. The heat map shows what the pager did.
-  await sleep(2500);  // two polls of /pager/state
-  assert.notEqual(await heat(), heatBefore, 'the heat map changed after a reply');
-  const facts = await page.$eval('#pager-facts', (e) => e.textContent);
-  assert.match(facts, /arena/);
-  console.log('heat map changed; pager facts: ' + facts.replace(/\s+/g, ' '));
-  await page.screenshot({path: outDir + '/page-desktop.png'});
-
-  // 4. Stop: a long reply is aborted once text arrives; the page is usable again.
-  await setField('#max-tokens', 2000);
-  await send('Now write a very long story.');
-  await waitFor('some text of the long reply', async () => (await assistantText()).length > 0);
-  await page.click('#stop');
-  await waitFor('the stop to land', async () => /stopped/.test(await lastStats()));
-  assert.equal(await page.$eval('#send', (b) => b.disabled), false, 'send is enabled again');
-  const slotsFree = await waitFor('the slot to be freed', async () => {
-    const s = await fetch(base + '/slots', {headers: {Authorization: 'Bearer ' + key}}).then((r) => r.json());
-    return s.every((x) => !x.is_processing);
-  }, 30000);
-  assert.ok(slotsFree);
-  console.log('stopped: ' + (await lastStats()));
-
-  // 5. Phone width.
-  await page.$eval('#settings', (d) => (d.open = false));
-  await page.setViewport({width: 390, height: 844});
-  await sleep(300);
-  await page.screenshot({path: outDir + '/page-phone.png', fullPage: true});
-
-  // 6. Model text with markup is shown as text: a reply that carries a script, an image with a
-  // handler and links to javascript: URLs runs nothing and links nowhere but http(s).
-  await page.setViewport({width: 1280, height: 800});
-  const hostile = ['Here: <script>window.__pwned = 1</script> ', '<img src=x onerror="window.__pwned = 2"> ',
-                   '[click me](javascript:window.__pwned=3) [fine](https://example.com/a) ',
-                   '[data](data:text/html,<script>alert(1)</script>) `<b>code</b>`'];
-  await page.setRequestInterception(true);
-  page.on('request', (req) => {
-    if (req.method() === 'POST' && req.url().endsWith('/v1/chat/completions')) {
-      const body = hostile.map((t) => 'data: ' + JSON.stringify({choices: [{index: 0, delta: {content: t}}]}) + '\n\n')
-                       .join('') + 'data: ' + JSON.stringify({choices: [{index: 0, delta: {}, finish_reason: 'stop'}]}) +
-                   '\n\ndata: [DONE]\n\n';
-      req.respond({status: 200, contentType: 'text/event-stream', body}).catch(() => {});
-    } else {
-      // Once interception is off again the page's polls still come through here: nothing to do.
-      req.continue().catch(() => {});
-    }
-  });
-  await send('Say something dangerous.');
-  await waitFor('the hostile reply', async () => /stop/.test(await lastStats()));
-  const result = await page.evaluate(() => {
-    const all = document.querySelectorAll('.msg.assistant .body');
-    const body = all[all.length - 1];
-    return {
-      pwned: window.__pwned,
-      text: body.textContent,
-      scripts: body.querySelectorAll('script').length,
-      images: body.querySelectorAll('img').length,
-      bold: body.querySelectorAll('b').length,
-      hrefs: [...body.querySelectorAll('a')].map((a) => a.getAttribute('href')),
-    };
-  });
-  await page.setRequestInterception(false);
-  assert.equal(result.pwned, undefined, 'nothing from the model ran');
-  assert.equal(result.scripts, 0);
-  assert.equal(result.images, 0);
-  assert.equal(result.bold, 0, 'markup inside code stays text');
-  assert.ok(result.text.includes('<script>window.__pwned = 1</script>'), 'the script is shown as text');
-  assert.ok(result.text.includes('[click me](javascript:window.__pwned=3)'), 'the javascript: link is shown as written');
-  assert.deepEqual(result.hrefs, ['https://example.com/a'], 'only the http(s) link is a link');
-  console.log('hostile markup shown as text; links: ' + result.hrefs.join(' '));
-  await page.screenshot({path: outDir + '/page-escaping.png'});
-
-  assert.deepEqual(errors, [], 'the page threw');
-  console.log('page: ok; screenshots in ' + outDir);
+  console.log('page: ok' + (shots ? `; screenshots in ${shots}` : ''));
 } finally {
   await browser.close();
 }
