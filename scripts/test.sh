@@ -43,17 +43,17 @@ install_test_tools() {
   # The client tests drive epq serve with the openai, Anthropic and Vercel AI SDKs and puppeteer-core,
   # pinned by the lockfile.
   (cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)
-  # The chat page is tried in Debian's chromium, driven headless (the test skips without it).
+  # llama.cpp's web UI and the pager's page are tried in Debian's chromium, driven headless (the test skips without it).
   if command -v chromium >/dev/null 2>&1; then
     return 0
   fi
   if [[ $(id -u) -eq 0 ]]; then
-    echo "test: installing chromium for the chat page's browser test"
+    echo "test: installing chromium for the web page's browser test"
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 ||
       { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
   else
-    echo "test: chromium is missing, so the chat page's browser test will be skipped (sudo apt-get install chromium)"
+    echo "test: chromium is missing, so the web page's browser test will be skipped (sudo apt-get install chromium)"
   fi
 }
 
