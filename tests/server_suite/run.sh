@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# llama-server's own test suite (tools/server/tests of the pinned llama.cpp) against stock
+# llama-server and against epq serve, on the same synthetic MoE models; then the tests that pass
+# on stock but not on epq. Exit status: 0 when there are none, 1 when there are, 2 when a run
+# broke.
+#
+#   tests/server_suite/run.sh ci|all BUILD_DIR [pytest args...]
+#
+# ci:  the files that cover what epq touches (a few minutes); all: every file (~25 min).
+# BUILD_DIR holds bin/epq, bin/llama-server and _deps/llama.cpp (the pinned tree). Work files go
+# to BUILD_DIR/server-suite (models, each server's copy of the suite, its cache, JUnit report).
+# SERVER_SUITE_ARENA: epq's --arena for the run (default 2M: smaller than every model's experts,
+# so the pager evicts and reads all along; auto for epq's own choice).
+set -euo pipefail
+
+mode=${1:?usage: run.sh ci|all BUILD_DIR [pytest args...]}
+build=$(cd "${2:?usage: run.sh ci|all BUILD_DIR}" && pwd)
+shift 2
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+tree=$build/_deps/llama.cpp
+work=$build/server-suite
+arena=${SERVER_SUITE_ARENA:-2M}
+
+case $mode in
+  ci) files=(test_basic test_completion test_chat_completion test_tool_call test_compat_anthropic
+             test_compat_oai_responses test_security test_tokenize test_slot_save test_metrics
+             test_ctx_shift) ;;
+  all) files=() ;;
+  *) echo "run.sh: unknown mode '$mode' (ci or all)" >&2; exit 2 ;;
+esac
+
+# The suite's Python packages come from Debian (scripts/setup.sh): use the interpreter that has
+# them, not one that shadows it on PATH.
+py=""
+for p in ${PYTHON:-} python3 /usr/bin/python3; do
+  if "$p" -c 'import pytest, requests, aiohttp, numpy, filelock, prometheus_client, xdist, wget, pytest_timeout' 2>/dev/null; then
+    py=$p
+    break
+  fi
+done
+[[ -n $py ]] || { echo "run.sh: no python3 with the suite's packages (scripts/setup.sh installs them)" >&2; exit 2; }
+for f in "$build/bin/epq" "$build/bin/llama-server" "$tree/tools/server/tests/utils.py"; do
+  [[ -e $f ]] || { echo "run.sh: $f is missing" >&2; exit 2; }
+done
+
+# Synthesized once, reused by later runs (about 240 MB).
+mkdir -p "$work"
+export EPQ_VOCAB_DIR=$tree/models PYTHONPATH=$tree/gguf-py
+"$py" "$here/prepare.py" models "$build/bin/epq" "$work" >"$work/models.log" 2>&1 ||
+  { cat "$work/models.log" >&2; echo "run.sh: could not synthesize the models" >&2; exit 2; }
+
+# No network here: the hub's API goes to a closed local port and fails at once (the server then
+# reads its cache); Python's downloads go through a proxy there. Loopback stays direct.
+export MODEL_ENDPOINT=http://127.0.0.1:9/ http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9
+export no_proxy=127.0.0.1,localhost,::1 NO_PROXY=127.0.0.1,localhost,::1
+export LLAMA_SERVER_BIN_PATH=$here/launcher.py OMP_WAIT_POLICY=passive
+unset SLOW_TESTS DEBUG PORT LLAMA_ARG_HOST LLAMA_ARG_PORT EPQ_SERVE_PAGER_FLAGS || true
+
+# pytest over the suite for one server (SERVER_SUITE_CMD is what launcher.py runs).
+# Two workers: each server runs 2 threads, and the suite's ports come from conftest.py per worker.
+# As the suite's own tests.sh: tests marked slow (real models from the hub) are left out.
+run_suite() {
+  local name=$1 run=$work/$1 start=$SECONDS rc=0
+  shift
+  rm -rf "$run"
+  mkdir -p "$run"
+  "$py" "$here/prepare.py" cache "$work" "$run" >/dev/null
+  local tests
+  tests=$("$py" "$here/prepare.py" tree "$tree" "$work" "$run")
+  local targets=()
+  for f in "${files[@]}"; do targets+=("unit/$f.py"); done
+  echo "server suite: $name: $mode (${#targets[@]} files, 0 = all) -> $run/pytest.log"
+  (cd "$tests" && LLAMA_CACHE=$run/hf-cache PYTHONPATH=$here/stubs \
+     "$py" -m pytest -n 2 --dist=load -p no:cacheprovider --timeout=600 -q -rfE --durations=25 -m "not slow" \
+       --junitxml="$run/junit.xml" "${targets[@]}" "$@" >"$run/pytest.log" 2>&1) || rc=$?
+  tail -n 1 "$run/pytest.log" | sed "s/^/server suite: $name: /"
+  echo "server suite: $name: $((SECONDS - start)) s"
+  # pytest: 0 all passed, 1 some failed; anything else is a broken run
+  ((rc <= 1)) || { echo "server suite: $name: pytest exited $rc (see $run/pytest.log)"; return 2; }
+}
+
+# epq serve must page the suite's models (a run that served them unpaged would prove nothing):
+# the suite's own tinyllama2 preset through the launcher, then the pager's counters.
+check_paged() {
+  local run=$work/epq
+  (cd "$run/tree/tools/server/tests" && LLAMA_CACHE=$run/hf-cache PORT=8079 "$py" - <<'EOF'
+import sys
+from utils import ServerPreset
+server = ServerPreset.tinyllama2()
+server.start()
+try:
+    server.make_request("POST", "/completion", data={"prompt": "Hello", "n_predict": 8})
+    stats = server.make_request("GET", "/epq/stats").body
+finally:
+    server.stop()
+pager = stats.get("pager", {})
+ok = stats.get("paged") and pager.get("bytes_read", 0) > 0
+print(f"server suite: epq pager check: paged={stats.get('paged')} bytes_read={pager.get('bytes_read')} "
+      f"evictions={pager.get('evictions')} {stats.get('not_paged', '')}", file=sys.stderr)
+sys.exit(0 if ok else 1)
+EOF
+  ) >"$run/paged-check.log" 2>&1 || { grep "pager check" "$run/paged-check.log" || cat "$run/paged-check.log"; return 1; }
+  grep "pager check" "$run/paged-check.log"
+}
+
+broken=0
+epq_cmd="$(printf '%q' "$build/bin/epq") serve --arena $arena"
+SERVER_SUITE_CMD=$(printf '%q' "$build/bin/llama-server") run_suite stock "$@" || broken=1
+SERVER_SUITE_CMD=$epq_cmd run_suite epq "$@" || broken=1
+SERVER_SUITE_CMD=$epq_cmd check_paged || broken=1
+rc=0
+"$py" "$here/compare.py" "$work/stock/junit.xml" "$work/epq/junit.xml" || rc=$?
+((broken == 0)) || rc=2
+exit "$rc"
