@@ -51,13 +51,14 @@ MODELS = {
 
 # (repo, file in the repo, model). The embedding and reranking models (BERT, Jina) and the
 # vision model (Gemma 3 with its projector) have no MoE counterpart: they get a MoE decoder
-# without a projector, and the tests that need more fail on stock llama-server as well.
+# (mean-pooled for embeddings, no projector), and the tests that need more fail on stock
+# llama-server as well.
 REPOS = [
     ("ggml-org/test-model-stories260K", "stories260K-F32.gguf", "qwen3moe-spm"),
     ("ggml-org/test-model-stories260K-infill", "stories260K-infill-F32.gguf", "deepseek2-fim"),
     ("ggml-org/stories15M_MOE", "stories15M_MOE-F16.gguf", "olmoe-spm"),
     ("ggml-org/tinygemma3-GGUF", "tinygemma3-Q8_0.gguf", "qwen35moe"),
-    ("ggml-org/models", "bert-bge-small/ggml-model-f16.gguf", "qwen3moe-spm"),
+    ("ggml-org/models", "bert-bge-small/ggml-model-f16.gguf", "qwen3moe-spm-mean"),
     ("ggml-org/models", "jina-reranker-v1-tiny-en/ggml-model-f16.gguf", "qwen3moe-spm"),
 ] + [
     ("ggml-org/models", f"tinyllamas/split/stories15M-q8_0-{i:05d}-of-00003.gguf", f"gpt-oss-spm-{i:05d}-of-00003")
@@ -84,20 +85,22 @@ def synthesize(epq, work):
         with open(stamp, "w") as f:
             f.write(want)
     split_gguf(model_path(work, "gpt-oss-spm"), 3)
+    # the embedding model pools (mean), as BERT does: a decoder without pooling_type serves
+    # /v1/embeddings only per token
+    src, dst = model_path(work, "qwen3moe-spm"), model_path(work, "qwen3moe-spm-mean")
+    if not os.path.exists(dst) or os.path.getmtime(dst) < os.path.getmtime(src):
+        copy_gguf(src, dst, {"qwen3moe.pooling_type": 1})
 
 
-def split_gguf(path, n):
-    """Cuts a GGUF into n files as llama-gguf-split does (split.no/count/tensors.count; the
-    metadata in the first file), with the pinned tree's gguf-py."""
-    stem = path[: -len(".gguf")]
-    outs = [f"{stem}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)]
-    if all(os.path.exists(o) and os.path.getmtime(o) >= os.path.getmtime(path) for o in outs):
-        return
-    import gguf  # from the tree's gguf-py (PYTHONPATH, set by run.sh)
+def copy_gguf(src, dst, extra_kv=None, split=1):
+    """Copies a GGUF with gguf-py (the pinned tree's): extra_kv added to its metadata (uint32
+    values), and with split > 1 cut into that many files as llama-gguf-split does
+    (split.no/count/tensors.count, the metadata in the first file: DST-0000i-of-0000n.gguf)."""
+    import gguf  # the tree's gguf-py (PYTHONPATH, set by run.sh)
 
-    reader = gguf.GGUFReader(path)
-    per_file = (len(reader.tensors) + n - 1) // n
-    writer = gguf.GGUFWriter(stem + ".gguf", arch=None, split_max_tensors=per_file)
+    reader = gguf.GGUFReader(src)
+    per_file = (len(reader.tensors) + split - 1) // split if split > 1 else 0
+    writer = gguf.GGUFWriter(dst, arch=None, split_max_tensors=per_file)
     writer.kv_data[0].clear()  # the constructor's architecture: copied below with the rest
     for field in reader.fields.values():
         if field.name.startswith("GGUF."):
@@ -105,6 +108,8 @@ def split_gguf(path, n):
         vtype = field.types[0]
         sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    for key, value in (extra_kv or {}).items():
+        writer.add_key_value(key, value, gguf.GGUFValueType.UINT32)
     for t in reader.tensors:
         # the file's bytes and type (as gguf-py's own gguf_new_metadata.py copies tensors)
         writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
@@ -112,6 +117,14 @@ def split_gguf(path, n):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def split_gguf(path, n):
+    stem = path[: -len(".gguf")]
+    outs = [f"{stem}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)]
+    if all(os.path.exists(o) and os.path.getmtime(o) >= os.path.getmtime(path) for o in outs):
+        return
+    copy_gguf(path, path, split=n)  # the writer names the files DST-0000i-of-0000n.gguf
     assert all(os.path.exists(o) for o in outs), outs
 
 
