@@ -50,7 +50,7 @@ for f in "$epq" "$llama_server" "$tree/tools/server/tests/utils.py"; do
   [[ -e $f ]] || { echo "run.sh: $f is missing" >&2; exit 2; }
 done
 
-# Synthesized once, reused by later runs (about 240 MB).
+# Synthesized once, reused by later runs (about 300 MB).
 mkdir -p "$work"
 export EPQ_VOCAB_DIR=$tree/models PYTHONPATH=$tree/gguf-py
 "$py" "$here/prepare.py" models "$epq" "$work" >"$work/models.log" 2>&1 ||
