@@ -15,6 +15,10 @@ shift || true
 # gnuplot draws `epq bench --plot`; node runs the OpenAI client tests.
 declare -A cmd_pkg=([cmake]=cmake [g++]=g++ [make]=make [git]=git [npm]=npm [gnuplot]=gnuplot-nox [ccache]=ccache)
 lib_pkgs=(libgtest-dev libcli11-dev)
+# llama-server's own test suite (tests/server_suite/run.sh): pytest and what the suite imports
+# (its requirements.txt, less openai, which Debian does not package).
+lib_pkgs+=(python3-pytest python3-pytest-xdist python3-pytest-timeout python3-requests python3-aiohttp
+           python3-numpy python3-prometheus-client python3-filelock python3-wget)
 
 missing=()
 for cmd in "${!cmd_pkg[@]}"; do
