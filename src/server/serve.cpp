@@ -219,6 +219,26 @@ bool after_load(PagedServe & ps) {
     return true;
 }
 
+// A model named by repository (-hf, -mu, -dr; how a router starts each child from the cache or a
+// preset) is resolved to its file by llama_server() itself, after the point where the pager must
+// be set up: resolve it here first (from the cache, or downloaded, as llama_server would). Its
+// projector (-hf's mmproj) is then known to the budget too. On failure llama_server() tries again
+// and reports it as stock does.
+void resolve_model_file(common_params & params) {
+    const char * mode = std::getenv("LLAMA_SERVER_CHILD_MODE");
+    if ((mode && std::strcmp(mode, "download") == 0) || !params.model.path.empty() ||
+        (params.model.hf_repo.empty() && params.model.url.empty() && params.model.docker_repo.empty())) {
+        return;
+    }
+    try {
+        common_models_handler h = common_models_handler_init(params, LLAMA_EXAMPLE_SERVER);
+        if (!common_models_handler_is_preset_repo(h)) {
+            common_models_handler_apply(h, params);
+        }
+    } catch (const std::exception &) {
+    }
+}
+
 int run(int argc, char ** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     // A router's child gets the pager flags from its parent's environment; its own win.
@@ -254,6 +274,7 @@ int run(int argc, char ** argv) {
     }
     llama_backend_init();
     llama_numa_init(params.numa);
+    resolve_model_file(params);
 
     std::string why;
     std::unique_ptr<PagedServe> ps = setup_pager(params, flags, llama_args, why);

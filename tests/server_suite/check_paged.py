@@ -4,8 +4,8 @@ llama.cpp. Run from the suite's directory (its utils.py), with the suite's envir
 
 1. The suite's own tinyllama2 preset (through launcher.py), one completion, then the pager's
    counters at /epq/stats: the model must be paged and experts read. Exit 1 if not.
-2. A router (the suite's router preset) loading that model from the cache: whether its child
-   pages is reported, not required (README: a child started with --hf-repo is not paged yet).
+2. A router (the suite's router preset) loading that model from the cache: its child, started
+   with --hf-repo, must page it too (it says so on its log). Exit 1 if not.
 """
 
 import os
@@ -52,11 +52,11 @@ def router():
         server.stop()
     # a paged model's child says so on its log, which the router prefixes with the child's port
     paged = any("epq: " in line and "of experts paged" in line for line in open(server.log_path, errors="replace"))
-    say(f"epq router check: the router's child for {MODEL} is " + ("paged" if paged else
-        "NOT paged (epq serve sets the pager up before llama.cpp resolves --hf-repo; see README)"))
+    say(f"epq router check: the router's child for {MODEL} is " + ("paged" if paged else "NOT paged"))
+    return paged
 
 
 if __name__ == "__main__":
     ok = single()
-    router()
+    ok = router() and ok
     sys.exit(0 if ok else 1)
