@@ -54,13 +54,13 @@ TEST(ServeBudget, DefaultsThatDoNotFitAreLoweredAndSaid) {
     ServeMemoryRequest req;
     req.n_ctx = 1024;
     req.n_parallel = 4;
-    // 1 GiB available: an eighth for the prompt cache is 128 MiB, below the default 8192.
+    // 1 GiB available: a thirty-second for the prompt cache is 32 MiB, below the default 8192.
     ServeMemoryPlan p = plan_serve_memory(f, req, 1ull << 30);
-    EXPECT_EQ(p.cache_ram_mib, 128);
+    EXPECT_EQ(p.cache_ram_mib, 32);
     ASSERT_FALSE(p.notes.empty());
-    EXPECT_NE(p.notes[0].find("--cache-ram lowered from 8192 to 128"), std::string::npos) << p.notes[0];
+    EXPECT_NE(p.notes[0].find("--cache-ram lowered from 8192 to 32"), std::string::npos) << p.notes[0];
     ASSERT_FALSE(p.needs.empty());
-    EXPECT_EQ(p.needs[0].second, 128ull << 20);
+    EXPECT_EQ(p.needs[0].second, 32ull << 20);
     // A value the user gave is kept and counted.
     req.cache_ram_given = true;
     req.cache_ram_mib = 8192;
