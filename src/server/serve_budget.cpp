@@ -78,8 +78,8 @@ ServeMemoryPlan plan_serve_memory(const GgufFile & model, const ServeMemoryReque
     // The host prompt cache: llama-server keeps up to --cache-ram MiB of finished prompts' state.
     // Under a limit it competes with the arena, which decode speed depends on: with an eighth of
     // 8 GiB for the cache, the 30B preset decoded 3.23 tok/s at 4 streams (arena 4.46 GiB, hit
-    // rate 71%) against 4.47 tok/s for an arena of 5.45 GiB; a thirty-second keeps room for a
-    // few long conversations' states.
+    // rate 71%), with a thirty-second 4.59 tok/s (arena 5.21 GiB, 76%). A thirty-second still
+    // keeps a few long conversations' states.
     plan.cache_ram_mib = req.cache_ram_mib;
     if (!req.cache_ram_given && req.cache_ram_mib > 0) {
         const int64_t share = static_cast<int64_t>(available / 32 / mib);
