@@ -126,7 +126,6 @@ asan_tests() {
   asan+='|^Serve\.RouterMode'
   asan+='|^Serve/ServeIdentity\..*/nr '
   asan+='|^Serve\.ExpertReadErrors'
-  asan+='|^ServeClients\.LoadTest'
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$asan")
   rm -rf build-asan/tests/models
@@ -140,7 +139,7 @@ asan_tests() {
 tsan_tests() {
   local tsan='^(Synth|ReadPool|DirectReader|Mapping|ModelFile)\.|^Pager/PagerPrefill\..*/qwen3moe( |$)'
   tsan+='|^Faults/IoFaults\..*/(eio_once|short_reads)( |$)|^Serve/ServeIdentity\..*/nr( |$)'
-  tsan+='|^Serve\.PagerViewBeside|^ServeClients\.LoadTest'
+  tsan+='|^Serve\.PagerViewBeside'
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$tsan")
   rm -rf build-tsan/tests/models
