@@ -138,7 +138,7 @@ asan_tests() {
 # (ctest names parameterized tests "Suite.Test/name  # GetParam() = ...", hence "( |$)".)
 tsan_tests() {
   local tsan='^(Synth|ReadPool|DirectReader|Mapping|ModelFile)\.|^Pager/PagerPrefill\..*/qwen3moe( |$)'
-  tsan+='|^Faults/IoFaults\..*/(eio_once|short_reads)( |$)|^Serve/ServeIdentity\..*/nr( |$)'
+  tsan+='|^Faults/IoFaults\..*/(eio_once|short_reads)( |$)'
   tsan+='|^Serve\.PagerViewBeside'
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$tsan")
