@@ -30,6 +30,10 @@ struct PagedModelOptions {
     std::vector<std::pair<std::string, uint64_t>> other_needs;
 };
 
+// --policy for a live run: every policy but belady, which needs the future (epq simulate only).
+// Throws epq::Error naming the flag.
+EvictionPolicy parse_run_policy(const std::string & name);
+
 class PagedModel {
 public:
     // Throws epq::Error (not a MoE model, arena below the minimum, not enough memory).

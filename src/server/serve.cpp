@@ -165,10 +165,7 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     po.n_ctx = static_cast<uint32_t>(plan.n_ctx);
     po.n_batch = static_cast<uint32_t>(std::max(1, std::min(params.n_batch, params.n_ubatch)));
     po.prefetch = parse_prefetch_mode(flags.prefetch);
-    po.policy = parse_policy(flags.policy);
-    if (po.policy == EvictionPolicy::belady) {
-        throw Error("--policy belady needs the future: it exists only in epq simulate");
-    }
+    po.policy = parse_run_policy(flags.policy);
     po.trace_path = flags.trace;
     po.repack = !params.no_extra_bufts;
     po.other_needs = plan.needs;

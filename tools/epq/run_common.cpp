@@ -90,10 +90,7 @@ LoadedModel load_model(const RunOptions & o) {
         po.n_ctx = o.n_ctx;
         po.n_batch = o.n_batch;
         po.prefetch = parse_prefetch_mode(o.prefetch);
-        po.policy = parse_policy(o.policy);
-        if (po.policy == EvictionPolicy::belady) {
-            throw Error("--policy belady needs the future: it exists only in epq simulate");
-        }
+        po.policy = parse_run_policy(o.policy);
         po.trace_path = o.trace;
         po.repack = !o.no_repack;
         m.paged = std::make_unique<PagedModel>(o.model, po);
