@@ -86,7 +86,6 @@ public:
         uint64_t batches = 0;
     };
     View view() const;
-    uint64_t resident_experts() const { return store_.resident_experts(); }
     // Bytes the pager may hold besides the arena for a batch of `n_batch` tokens (an upper bound
     // of PagerSnapshot::scratch_bytes): what --arena auto sets aside for it.
     static uint64_t scratch_bound(const ExpertIndex & index, uint32_t n_batch) {

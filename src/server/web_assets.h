@@ -16,9 +16,6 @@ struct WebAsset {
 
 const std::vector<WebAsset> & web_assets();
 
-// The asset served at `path` ("/" is "/index.html"); null when there is none.
-const WebAsset * find_web_asset(const std::string & path);
-
 // Content-Type by the file's extension.
 const char * web_content_type(const std::string & path);
 

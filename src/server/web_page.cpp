@@ -11,16 +11,6 @@ bool ends_with(const std::string & s, const char * tail) {
 
 }  // namespace
 
-const WebAsset * find_web_asset(const std::string & path) {
-    const std::string want = path == "/" ? "/index.html" : path;
-    for (const WebAsset & a : web_assets()) {
-        if (want == a.path) {
-            return &a;
-        }
-    }
-    return nullptr;
-}
-
 const char * web_content_type(const std::string & path) {
     if (ends_with(path, ".js")) {
         return "text/javascript; charset=utf-8";
