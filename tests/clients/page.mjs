@@ -53,7 +53,8 @@ async function converse(page, frame, url, text) {
   await frame.type(input, text);
   await frame.focus(input);
   await page.keyboard.press('Enter');
-  await waitFor('the reply to start', () => stopButton(frame));
+  // (A fast server can finish the reply before a poll sees the Stop button.)
+  await waitFor('the reply to start', async () => done || (await stopButton(frame)));
   await waitFor('the reply to end', async () => done && !(await stopButton(frame)), 120000);
   page.off('request', onRequest);
   page.off('requestfinished', onFinished);
