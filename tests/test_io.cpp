@@ -1,6 +1,7 @@
 // Direct reads: any offset and length returns the file's bytes, in place or through scratch;
 // the pool keeps order-independent results; errors and truncation are reported, never hidden.
 #include "faults/planted_faults.h"
+#include "io/model_reader.h"
 #include "io/read_pool.h"
 #include "util/mapping.h"
 #include "test_util.h"
@@ -82,10 +83,36 @@ TEST(DirectReader, InPlaceReadsUseTheRoomAroundTheDestination) {
     }
 }
 
+// A model in several files, addressed through one byte space: each read goes to the file whose
+// range holds it, at the offset within that file.
+TEST(ModelReader, ReadsReachTheFileWhoseRangeHoldsThem) {
+    const std::string a = pattern_file("part-a.bin", 100000), b = temp_dir() + "/part-b.bin";
+    std::vector<uint8_t> other(300000);
+    for (size_t i = 0; i < other.size(); ++i) {
+        other[i] = expected_byte(i) ^ 0x5a;  // not the first file's bytes at the same offset
+    }
+    write_file(b, other);
+    const uint64_t base_b = 1ull << 20;
+    ModelReader r({{a, 0}, {b, base_b}});
+    EXPECT_EQ(r.files(), 2u);
+    std::vector<uint8_t> buf(5000);
+    r.read(99000, 1000, buf.data());
+    for (uint64_t j = 0; j < 1000; ++j) {
+        ASSERT_EQ(buf[j], expected_byte(99000 + j));
+    }
+    r.read(base_b + 4096 + 7, 5000, buf.data());
+    for (uint64_t j = 0; j < 5000; ++j) {
+        ASSERT_EQ(buf[j], expected_byte(4096 + 7 + j) ^ 0x5a) << "not read from the second file's own offset";
+    }
+    // Past the end of a file is its truncation, reported as such, not bytes of the next file.
+    EXPECT_THROW(r.read(99000, 2000, buf.data()), Error);
+    EXPECT_THROW(ModelReader({{b, 10}, {a, 0}}), Error);
+}
+
 TEST(ReadPool, ManyConcurrentReadsAllLand) {
     const size_t n = 8 * 1024 * 1024;
     const std::string path = pattern_file("pool.bin", n);
-    DirectReader r(path);
+    ModelReader r(path);
     ReadPool pool(r, 4);
     std::vector<std::vector<uint8_t>> bufs(64);
     std::vector<ReadRequest> reqs;
@@ -107,7 +134,7 @@ TEST(ReadPool, ManyConcurrentReadsAllLand) {
 
 TEST(ReadPool, AReadErrorReachesTheWaiter) {
     const std::string path = pattern_file("fail.bin", 1 << 20);
-    DirectReader r(path);
+    ModelReader r(path);
     ReadPool pool(r, 2);
     std::vector<uint8_t> a(5000), b(5000);
     faults::plant_io_fault(faults::parse_io_fault("eio,after=2,count=0"));
@@ -127,7 +154,7 @@ TEST(ReadPool, JoinLandsEveryQueuedReadBeforeItReturns) {
     // One thread, many reads queued behind each other: join() returns only after the last one
     // landed (and its `then` ran), so the caller may free the buffers at once.
     const std::string path = pattern_file("join.bin", 4 << 20);
-    DirectReader r(path);
+    ModelReader r(path);
     ReadPool pool(r, 1);
     std::vector<std::vector<uint8_t>> bufs(32, std::vector<uint8_t>(65536));
     std::vector<ReadRequest> reqs;

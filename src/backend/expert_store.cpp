@@ -24,14 +24,21 @@ constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14), abs
 
 }  // namespace
 
-ExpertStore::ExpertStore(const std::string & model_path, const ExpertIndex & index, const ExpertStoreOptions & opts,
-                         PagerTelemetry & telemetry)
+std::vector<ModelFilePart> model_file_parts(const ExpertIndex & index) {
+    std::vector<ModelFilePart> parts;
+    for (const auto & s : index.shards) {
+        parts.push_back({s.path, s.base});
+    }
+    return parts;
+}
+
+ExpertStore::ExpertStore(const ExpertIndex & index, const ExpertStoreOptions & opts, PagerTelemetry & telemetry)
     : telemetry_(telemetry),
       layout_(SlotLayout::build(index)),
       plan_(make_plan(layout_, index, opts.arena_bytes)),
       arena_(plan_.pools, opts.policy, lfu_half_life_acquires(layout_.layers.size(), index.n_expert_used)),
       repack_(opts.repack, layout_),
-      reader_(model_path),
+      reader_(model_file_parts(index)),
       reads_(reader_, opts.read_threads),
       n_expert_(index.n_expert) {
     for (const auto & p : plan_.pools) {

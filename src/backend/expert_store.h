@@ -11,6 +11,7 @@
 #include "backend/pager_telemetry.h"
 #include "gguf/expert_index.h"
 #include "gguf/slot_layout.h"
+#include "io/model_reader.h"
 #include "io/read_pool.h"
 #include "util/mapping.h"
 
@@ -41,11 +42,13 @@ struct ExpertStoreOptions {
 
 class ExpertSlotView;
 
+// The files a model's experts are read from (every shard of a split model), for a ModelReader.
+std::vector<ModelFilePart> model_file_parts(const ExpertIndex & index);
+
 class ExpertStore {
 public:
     // Throws epq::Error (arena below the minimum, file problems).
-    ExpertStore(const std::string & model_path, const ExpertIndex & index, const ExpertStoreOptions & opts,
-                PagerTelemetry & telemetry);
+    ExpertStore(const ExpertIndex & index, const ExpertStoreOptions & opts, PagerTelemetry & telemetry);
     ~ExpertStore();
     ExpertStore(const ExpertStore &) = delete;
     ExpertStore & operator=(const ExpertStore &) = delete;
@@ -98,7 +101,7 @@ private:
     SlotArena arena_;
     ExpertRepack repack_;
     std::vector<Mapping> pools_;  // one per slot size; before reads_, so it is unmapped after the reads end
-    DirectReader reader_;
+    ModelReader reader_;
     mutable ReadPool reads_;
     uint32_t n_expert_ = 0;
     std::unique_ptr<PagerFaults> faults_;  // null outside the test executables

@@ -16,25 +16,35 @@ namespace epq {
 
 namespace {
 
-struct Policy {
-    bool active = false;
+struct FilePolicy {
     dev_t dev = 0;
     ino_t ino = 0;
-    std::string path;
-    std::vector<std::pair<uint64_t, uint64_t>> dense, lock_ranges;
+    LazyFile file;
+    DenseLock lock;  // what the file's latest mapping locked
+};
+
+struct Policy {
+    std::vector<FilePolicy> files;
     int applied = 0;
-    DenseLock lock;
 };
 
 std::mutex g_mu;
 Policy g_policy;
 
-bool matches(int fd) {
+FilePolicy * matching(int fd) {
     struct stat st {};
-    return g_policy.active && fstat(fd, &st) == 0 && st.st_dev == g_policy.dev && st.st_ino == g_policy.ino;
+    if (g_policy.files.empty() || fstat(fd, &st) != 0) {
+        return nullptr;
+    }
+    for (auto & f : g_policy.files) {
+        if (st.st_dev == f.dev && st.st_ino == f.ino) {
+            return &f;
+        }
+    }
+    return nullptr;
 }
 
-void advise(void * base, size_t len) {
+void advise(FilePolicy & fp, void * base, size_t len) {
     const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     posix_madvise(base, len, POSIX_MADV_RANDOM);
     auto page_range = [&](uint64_t b, uint64_t e) {
@@ -44,10 +54,10 @@ void advise(void * base, size_t len) {
     // dense bytes 4 KiB at a time: 44 s for the 35B preset's 1.9 GiB from a cold cache. Reading
     // them first in large requests through a descriptor of our own fills the page cache the
     // mapping shares, and the locks below find them there (load 44.6 s -> 10.2 s, 8 GiB cap).
-    const int fd = ::open(g_policy.path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ::open(fp.file.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         std::vector<char> buf(16u << 20);
-        for (const auto & [b, e] : g_policy.dense) {
+        for (const auto & [b, e] : fp.file.dense) {
             for (uint64_t at = b; at < e;) {
                 const ssize_t n =
                     ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), e - at), static_cast<off_t>(at));
@@ -59,7 +69,7 @@ void advise(void * base, size_t len) {
         }
         ::close(fd);
     }
-    for (const auto & [b, e] : g_policy.lock_ranges) {
+    for (const auto & [b, e] : fp.file.lock) {
         const auto [begin, end] = page_range(b, e);
         if (begin >= end) {
             continue;
@@ -69,39 +79,40 @@ void advise(void * base, size_t len) {
         // kernel would otherwise reclaim them like any page cache and fault them back 4 KiB at a
         // time (the mapping is random-access), measured as 100k+ major faults in one capped
         // prefill. Where locking is not allowed, they are only prefetched (above).
-        if (g_policy.lock.error == 0 && mlock(p, end - begin) == 0) {
-            g_policy.lock.bytes += end - begin;
+        if (fp.lock.error == 0 && mlock(p, end - begin) == 0) {
+            fp.lock.bytes += end - begin;
         } else {
-            g_policy.lock.error = g_policy.lock.error != 0 ? g_policy.lock.error : errno;
+            fp.lock.error = fp.lock.error != 0 ? fp.lock.error : errno;
         }
     }
 }
 
 }  // namespace
 
-void set_lazy_mapping(const std::string & path, std::vector<std::pair<uint64_t, uint64_t>> dense,
-                      std::vector<std::pair<uint64_t, uint64_t>> locked) {
+void set_lazy_mapping(std::vector<LazyFile> files) {
     std::lock_guard<std::mutex> lock(g_mu);
-    struct stat st {};
-    g_policy.active = stat(path.c_str(), &st) == 0;
-    g_policy.dev = st.st_dev;
-    g_policy.ino = st.st_ino;
-    g_policy.path = path;
-    g_policy.dense = std::move(dense);
-    g_policy.lock_ranges = std::move(locked);
-    g_policy.lock = DenseLock{};
+    g_policy.files.clear();
+    for (auto & f : files) {
+        struct stat st {};
+        if (stat(f.path.c_str(), &st) == 0) {
+            g_policy.files.push_back({st.st_dev, st.st_ino, std::move(f), DenseLock{}});
+        }
+    }
 }
 
 void clear_lazy_mapping() {
     std::lock_guard<std::mutex> lock(g_mu);
-    g_policy.active = false;
-    g_policy.dense.clear();
-    g_policy.lock_ranges.clear();
+    g_policy.files.clear();
 }
 
 DenseLock dense_lock() {
     std::lock_guard<std::mutex> lock(g_mu);
-    return g_policy.lock;
+    DenseLock all;
+    for (const auto & f : g_policy.files) {
+        all.bytes += f.lock.bytes;
+        all.error = all.error != 0 ? all.error : f.lock.error;
+    }
+    return all;
 }
 
 int lazy_mappings_applied() {
@@ -114,12 +125,12 @@ int lazy_mappings_applied() {
 extern "C" void * __wrap_mmap(void * addr, size_t len, int prot, int flags, int fd, off_t off) {
     if (fd >= 0 && (flags & MAP_POPULATE) != 0) {
         std::lock_guard<std::mutex> lock(epq::g_mu);
-        if (epq::matches(fd)) {
+        if (epq::FilePolicy * fp = epq::matching(fd)) {
             void * p = __real_mmap(addr, len, prot, flags & ~MAP_POPULATE, fd, off);
             if (p != MAP_FAILED) {
-                epq::g_policy.lock = epq::DenseLock{};  // what this mapping locks (an earlier one is gone)
+                fp->lock = epq::DenseLock{};  // what this mapping locks (an earlier one is gone)
                 posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-                epq::advise(p, len);
+                epq::advise(*fp, p, len);
                 ++epq::g_policy.applied;
             }
             return p;

@@ -16,13 +16,18 @@
 
 namespace epq {
 
-// `dense` are [begin, end) file ranges to read ahead, `lock` those of them to keep locked (the
-// rest llama.cpp copies out of the mapping, repacked). Applies to the next mappings of `path`.
-void set_lazy_mapping(const std::string & path, std::vector<std::pair<uint64_t, uint64_t>> dense,
-                      std::vector<std::pair<uint64_t, uint64_t>> lock);
+// One file of the model (each shard of a split one): `dense` are [begin, end) ranges of the file
+// to read ahead, `lock` those of them to keep locked (the rest llama.cpp copies out of the
+// mapping, repacked).
+struct LazyFile {
+    std::string path;
+    std::vector<std::pair<uint64_t, uint64_t>> dense, lock;
+};
+// Applies to the next mappings of these files.
+void set_lazy_mapping(std::vector<LazyFile> files);
 void clear_lazy_mapping();
 struct DenseLock {
-    uint64_t bytes = 0;  // dense bytes locked in RAM
+    uint64_t bytes = 0;  // dense bytes locked in RAM (over every file)
     int error = 0;       // errno of the first mlock that failed (then the rest is only prefetched)
 };
 DenseLock dense_lock();

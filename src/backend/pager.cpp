@@ -57,7 +57,7 @@ struct Pager::ChainRun {
 
 Pager::Pager(const std::string & model_path, const ExpertIndex & index, const PagerOptions & opts)
     : telemetry_(model_path, index, SlotLayout::build(index), opts.trace_path),
-      store_(model_path, index, store_options(opts), telemetry_),
+      store_(index, store_options(opts), telemetry_),
       chain_(store_, telemetry_),
       read_ahead_(opts.prefetch, model_path, index, store_, telemetry_) {}
 

@@ -53,8 +53,12 @@ struct ReservedRange {
     size_t size = 0;
 };
 
+// Bytes of the buffers llama.cpp holds in this buffer type: the expert tensors it placed here.
+std::atomic<uint64_t> g_buffer_bytes{0};
+
 void buffer_free(ggml_backend_buffer_t buffer) {
     auto * r = static_cast<ReservedRange *>(buffer->context);
+    g_buffer_bytes -= ggml_backend_buffer_get_size(buffer);
     if (r->base) {
         munmap(r->base, r->size);
     }
@@ -115,6 +119,7 @@ ggml_backend_buffer_t buft_alloc_buffer(ggml_backend_buffer_type_t buft, size_t 
         delete r;
         return nullptr;
     }
+    g_buffer_bytes += size;
     return ggml_backend_buffer_init(buft, kBufferIface, r, size);
 }
 
@@ -349,6 +354,10 @@ std::string pager_last_error() {
     DeviceState & s = state_of(&g_device);
     std::lock_guard<std::mutex> lock(s.error_mu);
     return s.last_error;
+}
+
+uint64_t pager_buffer_bytes() {
+    return g_buffer_bytes.load();
 }
 
 }  // namespace epq

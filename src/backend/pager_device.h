@@ -12,6 +12,7 @@
 
 #include "ggml-backend.h"
 
+#include <cstdint>
 #include <string>
 
 namespace epq {
@@ -26,6 +27,9 @@ ggml_backend_buffer_type_t pager_buffer_type();
 void attach_pager(Pager * pager);
 // Pager::check_model_file on the attached pager (nothing when none is attached).
 void check_attached_model_file();
+// Bytes of the tensors llama.cpp's loaded models placed in the pager's buffer type (address
+// space, not memory): every routed expert of a model when all of them are paged.
+uint64_t pager_buffer_bytes();
 // The last error the device hit while computing, or "" (llama.cpp only sees a status code).
 std::string pager_last_error();
 // Also print each error to stderr as it happens: for callers that cannot ask (a server, whose

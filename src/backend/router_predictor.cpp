@@ -14,19 +14,24 @@ namespace epq {
 RouterPredictor::RouterPredictor(const std::string & path, const ExpertIndex & index)
     : n_expert_(index.n_expert), k_(index.n_expert_used) {
     const GgufFile file = GgufFile::open(path);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        why_ = "cannot open the model file";
-        return;
+    for (const auto & shard : file.shards()) {
+        const int fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            why_ = "cannot open the model file " + shard.path;
+            return;
+        }
+        maps_.push_back(Mapping::read_only(fd, shard.size));
+        ::close(fd);
+        if (!maps_.back().data()) {
+            why_ = "cannot map the model file " + shard.path;
+            return;
+        }
+        madvise(maps_.back().data(), maps_.back().size(), MADV_RANDOM);
     }
-    map_ = Mapping::read_only(fd, file.file_size());
-    ::close(fd);
-    if (!map_.data()) {
-        why_ = "cannot map the model file";
-        return;
-    }
-    madvise(map_.data(), map_.size(), MADV_RANDOM);
-    const uint8_t * base = map_.data();
+    // Where a tensor's bytes are in the mapping of its shard.
+    auto at = [&](const TensorInfo & t) {
+        return maps_[t.shard].data() + (t.file_offset - file.shards()[t.shard].base);
+    };
     for (const auto & layer : index.layers) {
         const std::string prefix = "blk." + std::to_string(layer.layer) + ".";
         const TensorInfo * w = file.find_tensor(prefix + "ffn_gate_inp.weight");
@@ -36,13 +41,13 @@ RouterPredictor::RouterPredictor(const std::string & path, const ExpertIndex & i
             return;
         }
         Router r;
-        r.weight = base + w->file_offset;
+        r.weight = at(*w);
         r.type = w->type;
         r.n_embd = w->ne[0];
         r.row_bytes = w->nb[1];
         if (const TensorInfo * b = file.find_tensor(prefix + "exp_probs_b.bias");
             b && b->type == GGML_TYPE_F32 && b->ne[0] == index.n_expert) {
-            r.selection_bias = reinterpret_cast<const float *>(base + b->file_offset);
+            r.selection_bias = reinterpret_cast<const float *>(at(*b));
         }
         routers_[layer.layer] = r;
     }

@@ -39,7 +39,7 @@ private:
         int64_t n_embd = 0;
         const float * selection_bias = nullptr;  // exp_probs_b: added to sigmoid scores
     };
-    Mapping map_;
+    std::vector<Mapping> maps_;  // one per file of the model
     bool available_ = false;
     std::string why_;
     uint32_t n_expert_ = 0, k_ = 0;

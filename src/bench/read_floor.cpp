@@ -1,7 +1,7 @@
 #include "bench/read_floor.h"
 
 #include "gguf/slot_layout.h"
-#include "io/direct_reader.h"
+#include "backend/expert_store.h"
 #include "io/read_pool.h"
 #include "util/error.h"
 
@@ -20,7 +20,7 @@ ReadFloor measure_expert_reads(const std::string & path, const ExpertIndex & ind
     if (layout.layers.empty()) {
         throw Error(path + " has no routed experts to read");
     }
-    DirectReader reader(path);
+    ModelReader reader(model_file_parts(index));
     ReadPool pool(reader, threads);
     const uint64_t slot = layout.class_bytes.back();
     depth = depth > 0 ? depth : static_cast<size_t>(threads) * 8;

@@ -50,6 +50,20 @@ std::vector<std::pair<uint64_t, uint64_t>> subtract_ranges(const std::vector<std
     return out;
 }
 
+// The parts of `ranges` (sorted) inside [begin, end), as offsets from `begin`: one file's ranges
+// out of the model's byte space.
+std::vector<std::pair<uint64_t, uint64_t>> within(const std::vector<std::pair<uint64_t, uint64_t>> & ranges,
+                                                  uint64_t begin, uint64_t end) {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    for (const auto & [b, e] : ranges) {
+        const uint64_t lo = std::max(b, begin), hi = std::min(e, end);
+        if (lo < hi) {
+            out.emplace_back(lo - begin, hi - begin);
+        }
+    }
+    return out;
+}
+
 }  // namespace
 
 EvictionPolicy parse_run_policy(const std::string & name) {
@@ -149,24 +163,18 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     }
     overrides_.push_back({nullptr, nullptr});
 
-    // Prefetch exactly the bytes that are not routed experts.
+    // Prefetch exactly the bytes that are not routed experts, in every file of the model.
     std::vector<std::pair<uint64_t, uint64_t>> expert_ranges, dense;
     for (const auto & l : index_.layers) {
         for (const auto & t : l.tensors) {
             expert_ranges.emplace_back(t.file_offset, t.file_offset + t.expert_stride * index_.n_expert);
         }
     }
-    std::sort(expert_ranges.begin(), expert_ranges.end());
-    uint64_t at = 0;
-    for (const auto & [b, e] : expert_ranges) {
-        if (b > at) {
-            dense.emplace_back(at, b);
-        }
-        at = std::max(at, e);
+    std::vector<std::pair<uint64_t, uint64_t>> whole;
+    for (const auto & s : file.shards()) {
+        whole.emplace_back(s.base, s.base + s.size);
     }
-    if (at < file.file_size()) {
-        dense.emplace_back(at, file.file_size());
-    }
+    dense = subtract_ranges(whole, expert_ranges);
     // With repacking on, llama.cpp copies the dense matrices ggml repacks out of the mapping into
     // memory of its own: locking their file pages as well would hold them twice.
     std::vector<std::pair<uint64_t, uint64_t>> copied;
@@ -178,7 +186,12 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
             }
         }
     }
-    set_lazy_mapping(path, dense, subtract_ranges(dense, std::move(copied)));
+    const auto locked = subtract_ranges(dense, std::move(copied));
+    std::vector<LazyFile> files;
+    for (const auto & s : file.shards()) {
+        files.push_back({s.path, within(dense, s.base, s.base + s.size), within(locked, s.base, s.base + s.size)});
+    }
+    set_lazy_mapping(std::move(files));
 }
 
 DenseLock PagedModel::loaded() {

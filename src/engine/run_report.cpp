@@ -170,6 +170,7 @@ nlohmann::json RunReport::json() const {
         // The pager's own figures in their one JSON form; what follows needs the run's tokens.
         j.update(p.to_json());
         j["dense_locked_bytes"] = dense_locked_bytes;
+        j["expert_tensor_bytes"] = expert_tensor_bytes;
         j["bytes_read_per_token"] = ratio(double(p.bytes_read), tokens);
         if (pager_after_prefill) {
             const auto & a = *pager_after_prefill;

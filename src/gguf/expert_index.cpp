@@ -58,6 +58,7 @@ ExpertIndex ExpertIndex::build(const GgufFile & file) {
     ExpertIndex idx;
     idx.arch = file.architecture();
     idx.file_size = file.file_size();
+    idx.shards = file.shards();
     if (idx.arch.empty()) {
         throw Error(file.path() + ": no general.architecture in the GGUF metadata; not a llama.cpp model");
     }
@@ -102,6 +103,7 @@ ExpertIndex ExpertIndex::build(const GgufFile & file) {
         }
         e.expert_stride = t.nb[2];
         e.file_offset = t.file_offset;
+        e.shard = t.shard;
         const int il = std::stoi(digits);
         auto & layer = by_layer[il];
         layer.layer = il;

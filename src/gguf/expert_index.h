@@ -23,7 +23,8 @@ struct ExpertTensor {
     ggml_type type = GGML_TYPE_F32;
     int64_t ne[3] = {0, 0, 0};   // {n_in, n_out, n_expert}
     uint64_t expert_stride = 0;  // bytes of one expert's matrix (nb[2])
-    uint64_t file_offset = 0;    // absolute offset of expert 0
+    uint64_t file_offset = 0;    // expert 0's offset in the model's byte space (GgufFile)
+    uint32_t shard = 0;          // the file of a split model that holds it
 };
 
 struct ExpertLayer {
@@ -46,9 +47,10 @@ struct ExpertIndex {
     uint32_t n_expert_used = 0;
     std::vector<ExpertLayer> layers;      // only layers that have routed experts, ascending
     std::vector<SizeClass> size_classes;  // ascending by size
-    uint64_t file_size = 0;
-    uint64_t expert_bytes = 0;  // all routed expert bytes
-    uint64_t dense_bytes = 0;   // every other tensor byte
+    std::vector<GgufShard> shards;        // the model's files (one unless split) and their byte-space bases
+    uint64_t file_size = 0;               // bytes of every file together
+    uint64_t expert_bytes = 0;            // all routed expert bytes
+    uint64_t dense_bytes = 0;             // every other tensor byte
     uint64_t min_arena_bytes = 0;
     std::string min_arena_reason;
 

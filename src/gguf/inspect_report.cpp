@@ -54,6 +54,17 @@ std::string recurrent_layers(const GgufFile & file, const std::string & arch, st
     return format_ranges(layers);
 }
 
+// Expert bytes in each file of the model.
+std::vector<uint64_t> expert_bytes_per_shard(const ExpertIndex & idx) {
+    std::vector<uint64_t> out(idx.shards.size(), 0);
+    for (const auto & l : idx.layers) {
+        for (const auto & t : l.tensors) {
+            out[t.shard] += t.expert_stride * static_cast<uint64_t>(t.ne[2]);
+        }
+    }
+    return out;
+}
+
 }  // namespace
 
 std::string format_ranges(const std::vector<int> & v) {
@@ -73,6 +84,14 @@ std::string inspect_text(const GgufFile & file, const ExpertIndex & idx, bool pe
     std::ostringstream o;
     const uint64_t total = idx.dense_bytes + idx.expert_bytes;
     o << "model:          " << file.path() << " (" << format_bytes(idx.file_size) << ")\n";
+    if (file.split()) {
+        const auto experts = expert_bytes_per_shard(idx);
+        o << "split:          " << idx.shards.size() << " files, every one's experts paged\n";
+        for (size_t k = 0; k < idx.shards.size(); ++k) {
+            o << "  " << (k + 1) << "/" << idx.shards.size() << "  " << idx.shards[k].path << " ("
+              << format_bytes(idx.shards[k].size) << ", experts " << format_bytes(experts[k]) << ")\n";
+        }
+    }
     o << "architecture:   " << idx.arch << ", " << idx.n_layer << " layers, " << idx.n_expert << " routed experts, "
       << idx.n_expert_used << " used per token\n";
     const std::string rec = recurrent_layers(file, idx.arch, nullptr);
@@ -98,14 +117,19 @@ std::string inspect_text(const GgufFile & file, const ExpertIndex & idx, bool pe
       << " B): " << idx.min_arena_reason << "\n";
     o << "all experts:    " << format_bytes(idx.expert_bytes) << " (an arena this large never evicts)\n";
     if (per_layer) {
-        o << "\nlayer  tensor                      type    shape [in, out, experts]  bytes/expert  file offset\n";
+        o << "\nlayer  tensor                      type    shape [in, out, experts]  bytes/expert  file offset"
+          << (file.split() ? " (file)" : "") << "\n";
         for (const auto & l : idx.layers) {
             for (const auto & t : l.tensors) {
-                char line[256];
-                std::snprintf(line, sizeof line, "%5d  %-26s  %-6s  %-24s  %12s  %llu\n", l.layer, t.name.c_str(),
+                char line[320];
+                std::snprintf(line, sizeof line, "%5d  %-26s  %-6s  %-24s  %12s  %llu", l.layer, t.name.c_str(),
                               ggml_type_name(t.type), shape_str(t.ne, 3).c_str(), with_commas(t.expert_stride).c_str(),
-                              static_cast<unsigned long long>(t.file_offset));
+                              static_cast<unsigned long long>(t.file_offset - idx.shards[t.shard].base));
                 o << line;
+                if (file.split()) {
+                    o << " (" << (t.shard + 1) << "/" << idx.shards.size() << ")";
+                }
+                o << "\n";
             }
         }
     }
@@ -117,6 +141,12 @@ nlohmann::json inspect_json(const GgufFile & file, const ExpertIndex & idx) {
     json j;
     j["path"] = file.path();
     j["file_bytes"] = idx.file_size;
+    j["files"] = json::array();
+    const auto experts = expert_bytes_per_shard(idx);
+    for (size_t k = 0; k < idx.shards.size(); ++k) {
+        j["files"].push_back(
+            {{"path", idx.shards[k].path}, {"bytes", idx.shards[k].size}, {"expert_bytes", experts[k]}});
+    }
     j["architecture"] = idx.arch;
     j["n_layer"] = idx.n_layer;
     j["n_expert"] = idx.n_expert;
@@ -146,7 +176,8 @@ nlohmann::json inspect_json(const GgufFile & file, const ExpertIndex & idx) {
                                      {"type", ggml_type_name(t.type)},
                                      {"shape", {t.ne[0], t.ne[1], t.ne[2]}},
                                      {"bytes_per_expert", t.expert_stride},
-                                     {"file_offset", t.file_offset}});
+                                     {"file", t.shard},
+                                     {"file_offset", t.file_offset - idx.shards[t.shard].base}});
         }
         j["layers"].push_back(jl);
     }

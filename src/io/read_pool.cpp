@@ -30,7 +30,7 @@ bool Ticket::done() {
     return remaining_ == 0;
 }
 
-ReadPool::ReadPool(const DirectReader & reader, int n_threads) : reader_(reader) {
+ReadPool::ReadPool(const ModelReader & reader, int n_threads) : reader_(reader) {
     for (int i = 0; i < std::max(1, n_threads); ++i) {
         threads_.emplace_back([this] { worker(); });
     }

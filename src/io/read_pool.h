@@ -3,7 +3,7 @@
 // group of reads returns a Ticket to wait on; errors travel with the ticket.
 #pragma once
 
-#include "io/direct_reader.h"
+#include "io/model_reader.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -54,7 +54,7 @@ struct ReadStats {
 
 class ReadPool {
 public:
-    ReadPool(const DirectReader & reader, int n_threads);
+    ReadPool(const ModelReader & reader, int n_threads);
     ~ReadPool();
     ReadPool(const ReadPool &) = delete;
     ReadPool & operator=(const ReadPool &) = delete;
@@ -73,7 +73,7 @@ private:
     };
     void worker();
 
-    const DirectReader & reader_;
+    const ModelReader & reader_;
     std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Job> queue_;

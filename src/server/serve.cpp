@@ -146,6 +146,8 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     }
     // Validate before llama.cpp sees the file: a corrupt one gets a one-line reason.
     const GgufFile file = GgufFile::open(params.model.path);
+    // llama.cpp loads a split model from its first shard; the user may have named another.
+    params.model.path = file.path();
     if (!has_routed_experts(file)) {
         why = "the model has no routed experts";
         note(params.model.path +

@@ -104,6 +104,12 @@ struct SynthConfig {
     std::string quant_name;
     std::string vocab;  // ggml-vocab-<vocab>.gguf from the pinned llama.cpp tree
     uint64_t seed = 42;
+
+    // How the model is laid out in files, as real downloads are: general.alignment (0: GGUF's
+    // default of 32, not written), and split into shards of at most this many bytes as
+    // llama.cpp's gguf-split writes them (0: one file).
+    uint32_t alignment = 0;
+    uint64_t split_max_bytes = 0;
 };
 
 struct PresetInfo {

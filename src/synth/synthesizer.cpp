@@ -128,58 +128,87 @@ std::string parent_dir(const std::string & path) {
 
 }  // namespace
 
-SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, const SynthOptions & opts) {
-    const auto t0 = std::chrono::steady_clock::now();
-    validate(cfg);
-    const Vocab vocab = Vocab::load(cfg.vocab);
-    const ModelLayout layout = build_layout(cfg, vocab.n_tokens());
+namespace {
 
-    std::unique_ptr<gguf_context, void (*)(gguf_context *)> g(gguf_init_empty(), gguf_free);
-    layout.write_metadata(g.get());
-    vocab.copy_into(g.get());
+using GgufPtr = std::unique_ptr<gguf_context, void (*)(gguf_context *)>;
 
-    ggml_init_params ip{};
-    ip.mem_size = (layout.tensors.size() + 1) * ggml_tensor_overhead();
-    ip.no_alloc = true;
-    std::unique_ptr<ggml_context, void (*)(ggml_context *)> meta(ggml_init(ip), ggml_free);
-    for (const auto & t : layout.tensors) {
-        ggml_tensor * tensor = ggml_new_tensor(meta.get(), t.type, static_cast<int>(t.ne.size()), t.ne.data());
-        ggml_set_name(tensor, t.name.c_str());
-        gguf_add_tensor(g.get(), tensor);
+// An empty GGUF context that lays tensors out at `alignment`. ggml's writer pads with the
+// alignment a context was read with, and only a parsed header sets it: so an empty header that
+// declares it is written and read back.
+GgufPtr empty_context(uint32_t alignment) {
+    GgufPtr g(gguf_init_empty(), gguf_free);
+    if (alignment == 0) {
+        return g;
     }
-
+    if ((alignment & (alignment - 1)) != 0) {
+        throw Error("alignment " + std::to_string(alignment) + " is not a power of 2");
+    }
+    gguf_set_val_u32(g.get(), "general.alignment", alignment);
     std::vector<uint8_t> header(gguf_get_meta_size(g.get()));
     gguf_get_meta_data(g.get(), header.data());
-    const size_t alignment = gguf_get_alignment(g.get());
-    uint64_t total = header.size();
-    for (int64_t i = 0; i < gguf_get_n_tensors(g.get()); ++i) {
-        total += GGML_PAD(gguf_get_tensor_size(g.get(), i), alignment);
+    gguf_init_params params{/*no_alloc =*/true, /*ctx =*/nullptr};
+    GgufPtr parsed(gguf_init_from_buffer(header.data(), header.size(), params), gguf_free);
+    if (!parsed || gguf_get_alignment(parsed.get()) != alignment) {
+        throw Error("ggml's GGUF writer cannot lay out tensors at alignment " + std::to_string(alignment));
     }
+    return parsed;
+}
 
-    struct statvfs vfs {};
-    if (statvfs(parent_dir(out_path).c_str(), &vfs) == 0) {
-        const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-        if (free_bytes < total) {
-            throw Error("not enough disk space for " + out_path + ": the model needs " + format_bytes(total) + ", " +
-                        format_bytes(free_bytes) + " free; free space or write elsewhere with -o");
+// Tensors in file order, grouped into files of at most `max_bytes` (each file holds at least
+// one tensor), as gguf-split groups them.
+std::vector<std::vector<size_t>> group_into_files(const ModelLayout & layout, uint64_t max_bytes, size_t alignment) {
+    std::vector<std::vector<size_t>> files(1);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < layout.tensors.size(); ++i) {
+        const auto & t = layout.tensors[i];
+        uint64_t n = ggml_row_size(t.type, t.ne[0]);
+        for (size_t d = 1; d < t.ne.size(); ++d) {
+            n *= static_cast<uint64_t>(t.ne[d]);
         }
+        n = GGML_PAD(n, alignment);
+        if (max_bytes > 0 && !files.back().empty() && bytes + n > max_bytes) {
+            files.emplace_back();
+            bytes = 0;
+        }
+        files.back().push_back(i);
+        bytes += n;
     }
+    return files;
+}
 
-    const std::string tmp_path = out_path + ".partial";
+std::string split_file_name(const std::string & out_path, size_t no, size_t count) {
+    std::string prefix = out_path;
+    const std::string ext = ".gguf";
+    if (prefix.size() > ext.size() && prefix.compare(prefix.size() - ext.size(), ext.size(), ext) == 0) {
+        prefix.resize(prefix.size() - ext.size());
+    }
+    char tail[64];
+    std::snprintf(tail, sizeof tail, "-%05zu-of-%05zu.gguf", no + 1, count);
+    return prefix + tail;
+}
+
+// One file: its header, then the tensors' bytes streamed in chunks, under a temporary name
+// renamed into place once complete.
+void write_file(gguf_context * g, const SynthConfig & cfg, const ModelLayout & layout,
+                const std::vector<size_t> & which, const std::string & path, UnitPoolCache & pools,
+                Progress & progress) {
+    std::vector<uint8_t> header(gguf_get_meta_size(g));
+    gguf_get_meta_data(g, header.data());
+    const size_t alignment = gguf_get_alignment(g);
+
+    const std::string tmp_path = path + ".partial";
     Fd out;
     out.fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (out.fd < 0) {
         throw Error("cannot create " + tmp_path + ": " + std::strerror(errno));
     }
-
     try {
-        Progress progress("synth " + cfg.preset, total, opts.progress);
-        UnitPoolCache pools(cfg.seed);
         constexpr size_t kChunk = 16u << 20;
         std::vector<uint8_t> buf = std::move(header);
         {
             BackgroundWriter writer(out.fd, tmp_path);
-            for (const auto & t : layout.tensors) {
+            for (const size_t i : which) {
+                const auto & t = layout.tensors[i];
                 int64_t nelements = 1;
                 for (auto d : t.ne) {
                     nelements *= d;
@@ -207,20 +236,90 @@ SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, co
             buf = writer.submit(std::move(buf));
             writer.drain();
         }
-        progress.finish();
         if (::fsync(out.fd) != 0) {
             throw Error("cannot write " + tmp_path + ": " + std::strerror(errno));
         }
-        if (::rename(tmp_path.c_str(), out_path.c_str()) != 0) {
-            throw Error("cannot rename " + tmp_path + " to " + out_path + ": " + std::strerror(errno));
+        if (::rename(tmp_path.c_str(), path.c_str()) != 0) {
+            throw Error("cannot rename " + tmp_path + " to " + path + ": " + std::strerror(errno));
         }
     } catch (...) {
         ::unlink(tmp_path.c_str());
         throw;
     }
+}
+
+}  // namespace
+
+SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, const SynthOptions & opts) {
+    const auto t0 = std::chrono::steady_clock::now();
+    validate(cfg);
+    const Vocab vocab = Vocab::load(cfg.vocab);
+    const ModelLayout layout = build_layout(cfg, vocab.n_tokens());
+
+    ggml_init_params ip{};
+    ip.mem_size = (layout.tensors.size() + 1) * ggml_tensor_overhead();
+    ip.no_alloc = true;
+    std::unique_ptr<ggml_context, void (*)(ggml_context *)> meta(ggml_init(ip), ggml_free);
+    std::vector<ggml_tensor *> tensors;
+    for (const auto & t : layout.tensors) {
+        ggml_tensor * tensor = ggml_new_tensor(meta.get(), t.type, static_cast<int>(t.ne.size()), t.ne.data());
+        ggml_set_name(tensor, t.name.c_str());
+        tensors.push_back(tensor);
+    }
+
+    // Every file's header: the model's metadata in the first, and when split, the keys
+    // llama.cpp finds the others by in each.
+    const size_t alignment = cfg.alignment ? cfg.alignment : gguf_get_alignment(empty_context(0).get());
+    const auto groups = group_into_files(layout, cfg.split_max_bytes, alignment);
+    if (groups.size() > 9999) {
+        throw Error("--split-max-size " + std::to_string(cfg.split_max_bytes) + " would write " +
+                    std::to_string(groups.size()) +
+                    " files, more than a split model can have (9999); give a larger size");
+    }
+    std::vector<GgufPtr> headers;
+    std::vector<std::string> paths;
+    uint64_t total = 0;
+    for (size_t k = 0; k < groups.size(); ++k) {
+        headers.push_back(empty_context(cfg.alignment));
+        gguf_context * g = headers.back().get();
+        if (k == 0) {
+            layout.write_metadata(g);
+            vocab.copy_into(g);
+        }
+        if (groups.size() > 1) {
+            gguf_set_val_u16(g, "split.no", static_cast<uint16_t>(k));
+            gguf_set_val_u16(g, "split.count", static_cast<uint16_t>(groups.size()));
+            gguf_set_val_i32(g, "split.tensors.count", static_cast<int32_t>(layout.tensors.size()));
+        }
+        for (const size_t i : groups[k]) {
+            gguf_add_tensor(g, tensors[i]);
+        }
+        total += gguf_get_meta_size(g);
+        for (int64_t i = 0; i < gguf_get_n_tensors(g); ++i) {
+            total += GGML_PAD(gguf_get_tensor_size(g, i), alignment);
+        }
+        paths.push_back(groups.size() > 1 ? split_file_name(out_path, k, groups.size()) : out_path);
+    }
+
+    struct statvfs vfs {};
+    if (statvfs(parent_dir(out_path).c_str(), &vfs) == 0) {
+        const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+        if (free_bytes < total) {
+            throw Error("not enough disk space for " + out_path + ": the model needs " + format_bytes(total) + ", " +
+                        format_bytes(free_bytes) + " free; free space or write elsewhere with -o");
+        }
+    }
+
+    Progress progress("synth " + cfg.preset, total, opts.progress);
+    UnitPoolCache pools(cfg.seed);
+    for (size_t k = 0; k < groups.size(); ++k) {
+        write_file(headers[k].get(), cfg, layout, groups[k], paths[k], pools, progress);
+    }
+    progress.finish();
 
     SynthResult r;
-    r.path = out_path;
+    r.path = paths.front();
+    r.files = paths;
     r.bytes = total;
     r.n_tensors = layout.tensors.size();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace epq {
 
 struct SynthResult {
-    std::string path;
+    std::string path;                // the model: its first file when split
+    std::vector<std::string> files;  // every file written
     uint64_t bytes = 0;
     uint64_t n_tensors = 0;
     double seconds = 0.0;
@@ -22,7 +24,8 @@ struct SynthOptions {
 };
 
 // Throws epq::Error (bad shape, unwritable output, disk full). The file appears under its name
-// only once complete: an interrupted run never leaves a truncated model behind.
+// only once complete: an interrupted run never leaves a truncated model behind. A split model
+// (cfg.split_max_bytes) is written as <out_path without .gguf>-00001-of-0000N.gguf, ...
 SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, const SynthOptions & opts = {});
 
 }  // namespace epq

@@ -13,16 +13,6 @@ namespace epq::ref {
 
 namespace {
 
-std::vector<uint8_t> read_at(const std::string & path, uint64_t offset, uint64_t len) {
-    std::unique_ptr<FILE, int (*)(FILE *)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-    std::vector<uint8_t> out(len);
-    if (!f || fseeko(f.get(), static_cast<off_t>(offset), SEEK_SET) != 0 ||
-        std::fread(out.data(), 1, len, f.get()) != len) {
-        throw Error("cannot read " + std::to_string(len) + " bytes at " + std::to_string(offset) + " of " + path);
-    }
-    return out;
-}
-
 // Largest quantization step ggml's activation format gives these values.
 double max_step(int act, const std::vector<float> & v) {
     double step = 0.0;
@@ -50,7 +40,7 @@ std::vector<float> read_bias(const GgufFile & file, const std::string & name, in
         return {};
     }
     std::vector<float> out(static_cast<size_t>(t->ne[0]));
-    const auto bytes = read_at(file.path(), t->file_offset + static_cast<uint64_t>(row) * t->nb[1], t->nb[1]);
+    const auto bytes = file.read(t->file_offset + static_cast<uint64_t>(row) * t->nb[1], t->nb[1]);
     if (!supported(t->type)) {
         throw Error("no scalar reference for the bias type " + type_name(t->type) + " of " + name);
     }
@@ -60,7 +50,7 @@ std::vector<float> read_bias(const GgufFile & file, const std::string & name, in
 
 // One expert's slice of a 3-D expert tensor.
 std::vector<uint8_t> read_slice(const GgufFile & file, const TensorInfo & t, int expert) {
-    return read_at(file.path(), t.file_offset + static_cast<uint64_t>(expert) * t.nb[2], t.nb[2]);
+    return file.read(t.file_offset + static_cast<uint64_t>(expert) * t.nb[2], t.nb[2]);
 }
 
 std::string unsupported_types(const ExpertBytes & e) {

@@ -14,7 +14,7 @@ Handler add_bench(CLI::App & app) {
         "bench", "epq against stock llama.cpp (--no-pager) on the same file and cap, beside the disk and CPU floors");
     auto o = std::make_shared<BenchOptions>();
     auto caps = std::make_shared<std::string>("none");
-    sub->add_option("-m,--model", o->model, "GGUF model file")->required();
+    add_model_option(*sub, o->model)->required();
     sub->add_option("--memcap", *caps,
                     "memory caps to run both under, comma-separated (8G or 4G,8G,12G), or 'none' (uncapped: stock "
                     "from a warm page cache, epq from a preloaded arena); needs a memory cgroup (root)")

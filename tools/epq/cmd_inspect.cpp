@@ -16,7 +16,7 @@ Handler add_inspect(CLI::App & app) {
         bool layers = false;
     };
     auto o = std::make_shared<Opts>();
-    sub->add_option("model,-m,--model", o->model, "GGUF model file")->required();
+    add_model_option(*sub, o->model, "model,-m,--model")->required();
     sub->add_flag("--json", o->json, "print JSON instead of text");
     sub->add_flag("--layers", o->layers, "also list every expert tensor (type, shape, bytes per expert, offset)");
     return [o]() {

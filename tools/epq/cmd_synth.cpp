@@ -61,7 +61,8 @@ Handler add_synth(CLI::App & app) {
         uint32_t shared_experts = 0, dense_ff = 0, sliding_window = 0;
         int64_t dense_layers = -1;  // 0 is a valid choice (every layer MoE), so unset is -1
         bool tie = false, untie = false, quiet = false;
-        std::string vocab;
+        std::string vocab, split_max_size;
+        uint32_t alignment = 0;
     };
     auto o = std::make_shared<Opts>();
     auto * preset = sub->add_option("--preset", o->preset, preset_help());
@@ -114,12 +115,19 @@ Handler add_synth(CLI::App & app) {
     sub->add_flag("--untie-embeddings", o->untie, "write a separate output.weight");
     sub->add_option("--vocab", o->vocab,
                     "tokenizer: ggml-vocab-NAME.gguf of the pinned llama.cpp (default: the family's)");
+    sub->add_option("--split-max-size", o->split_max_size,
+                    "write the model split into files of at most this size (30M, 2G), named and tagged as "
+                    "llama-gguf-split writes them: OUT-00001-of-0000N.gguf, ...");
+    sub->add_option("--alignment", o->alignment,
+                    "general.alignment: tensor data aligned to this many bytes (a power of 2; GGUF's default is 32)");
     sub->add_flag("-q,--quiet", o->quiet, "no progress bar");
 
     return [o]() {
         if (!o->arch.empty()) {
-            if (o->routing != "realistic") {
-                throw Error("--routing applies to --preset models; an --arch fixture is for exactness checks");
+            if (o->routing != "realistic" || !o->split_max_size.empty() || o->alignment != 0) {
+                throw Error(
+                    "--routing, --split-max-size and --alignment apply to --preset models; split an --arch "
+                    "fixture with llama-gguf-split");
             }
             ArchFixtureOptions fo;
             fo.n_expert = o->experts ? o->experts : fo.n_expert;
@@ -182,12 +190,28 @@ Handler add_synth(CLI::App & app) {
             cfg.vocab = o->vocab;
         }
         cfg.seed = o->seed;
+        if (!o->split_max_size.empty()) {
+            const auto bytes = parse_byte_size(o->split_max_size);
+            if (!bytes || *bytes == 0) {
+                throw Error("--split-max-size expects a size such as 30M or 2G; got '" + o->split_max_size + "'");
+            }
+            cfg.split_max_bytes = *bytes;
+        }
+        if (o->alignment != 0 && ((o->alignment & (o->alignment - 1)) != 0 || o->alignment > (1u << 20))) {
+            throw Error("--alignment must be a power of 2 up to 1048576; got " + std::to_string(o->alignment));
+        }
+        cfg.alignment = o->alignment;
 
         SynthOptions opts;
         opts.progress = !o->quiet;
         const SynthResult r = synthesize(cfg, o->out, opts);
+        std::string wrote = r.path;
+        if (r.files.size() > 1) {
+            wrote += " and " + std::to_string(r.files.size() - 1) + " more file" + (r.files.size() > 2 ? "s" : "") +
+                     " (" + std::to_string(r.files.size()) + " shards, load the first)";
+        }
         std::fprintf(
-            stderr, "epq: wrote %s: %s, %llu tensors, %s in %.1f s (%s/s)\n", r.path.c_str(), cfg.shape.arch.c_str(),
+            stderr, "epq: wrote %s: %s, %llu tensors, %s in %.1f s (%s/s)\n", wrote.c_str(), cfg.shape.arch.c_str(),
             static_cast<unsigned long long>(r.n_tensors), format_bytes(r.bytes).c_str(), r.seconds,
             format_bytes(static_cast<uint64_t>(static_cast<double>(r.bytes) / std::max(r.seconds, 1e-9))).c_str());
         return 0;

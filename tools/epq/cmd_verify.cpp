@@ -106,7 +106,7 @@ Handler add_verify(CLI::App & app) {
     sub->add_option("check", *check, "kernel | layer | multitoken | generate | determinism | all")
         ->required()
         ->check(CLI::IsMember({"kernel", "layer", "multitoken", "generate", "determinism", "all"}));
-    sub->add_option("-m,--model", o->model, "GGUF model file")->required();
+    add_model_option(*sub, o->model)->required();
     sub->add_option("--report-dir", o->report_dir, "where the Markdown and JSON reports go")->capture_default_str();
     sub->add_option("-t,--threads", o->n_threads, "threads")->capture_default_str();
     sub->add_option("-n,--n-predict", o->n_generate, "generate: greedy tokens")->capture_default_str();

@@ -4,10 +4,15 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 namespace epq::cli {
 
 using Handler = std::function<int()>;
+
+// The model option every command shares. A split model may be named by any of its shards: the
+// option then holds the first, which llama.cpp loads the others from.
+CLI::Option * add_model_option(CLI::App & sub, std::string & model, const std::string & names = "-m,--model");
 
 Handler add_synth(CLI::App & app);
 Handler add_inspect(CLI::App & app);

@@ -1,5 +1,8 @@
 #include "run_common.h"
 
+#include "commands.h"
+
+#include "backend/pager_device.h"
 #include "engine/llama_log.h"
 #include "util/byte_size.h"
 #include "util/error.h"
@@ -36,8 +39,13 @@ void add_pager_flags(CLI::App & sub, RunOptions & o) {
     sub.add_flag("-v,--verbose", o.verbose, "show llama.cpp's own log");
 }
 
+CLI::Option * add_model_option(CLI::App & sub, std::string & model, const std::string & names) {
+    return sub.add_option(names, model, "GGUF model file (of a split model: any shard)")
+        ->transform([](const std::string & path) { return first_shard_path(path); }, "", "first shard");
+}
+
 void add_model_flags(CLI::App & sub, RunOptions & o, bool model_required) {
-    auto * m = sub.add_option("-m,--model", o.model, "GGUF model file");
+    auto * m = add_model_option(sub, o.model);
     if (model_required) {
         m->required();
     }
@@ -132,6 +140,7 @@ LoadedModel load_model(const RunOptions & o) {
     if (m.paged) {
         const DenseLock lock = m.paged->loaded();
         m.dense_locked_bytes = lock.bytes;
+        m.expert_tensor_bytes = pager_buffer_bytes();
         if (lock.error != 0) {
             std::fprintf(stderr,
                          "epq: note: the dense weights are not locked in RAM (mlock: %s; %s locked): under memory "
@@ -167,6 +176,7 @@ void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
         m.paged->pager().flush_trace();
         report.pager = m.paged->pager().stats();
         report.dense_locked_bytes = m.dense_locked_bytes;
+        report.expert_tensor_bytes = m.expert_tensor_bytes;
     }
     std::fputs(("\n" + report.text()).c_str(), stderr);
     if (!o.stats_json.empty()) {

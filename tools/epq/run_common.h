@@ -55,6 +55,7 @@ struct LoadedModel {
     int n_threads = 0;
     double load_seconds = 0.0;
     uint64_t dense_locked_bytes = 0;
+    uint64_t expert_tensor_bytes = 0;  // what llama.cpp placed in the pager's buffer
     std::chrono::steady_clock::time_point start;
 };
 LoadedModel load_model(const RunOptions & o);
