@@ -99,8 +99,10 @@ endif()
 add_subdirectory("${_src}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL SYSTEM)
 if("thread" IN_LIST EPQ_SANITIZE)
   target_compile_options(ggml-cpu PRIVATE -fsanitize=thread)
-  # Stock llama-server (which the tests run beside epq serve) links that ggml-cpu too.
+  # Stock llama-server (which the tests run beside epq serve) and llama-gguf-split (which splits
+  # the split-model tests' files) link that ggml-cpu too.
   target_link_options(llama-server PRIVATE -fsanitize=thread)
+  target_link_options(llama-gguf-split PRIVATE -fsanitize=thread)
 endif()
 
 # epq's JSON and HTTP code uses the copies of nlohmann-json and cpp-httplib that the pinned tree
