@@ -94,7 +94,8 @@ uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx) {
 
 PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts) {
     const GgufFile file = GgufFile::open(path);
-    index_ = ExpertIndex::build(file);
+    file.require_tensor_data();
+    index_ = ExpertIndex::build(file, opts.load_mtp);
 
     // Everything besides the arena, counted before anything is allocated. llama.cpp's compute
     // buffer reserves a row of logits per batch token, but only the rows a step outputs (one per
@@ -163,8 +164,9 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     }
     overrides_.push_back({nullptr, nullptr});
 
-    // Prefetch exactly the bytes that are not routed experts, in every file of the model.
-    std::vector<std::pair<uint64_t, uint64_t>> expert_ranges, dense;
+    // Prefetch exactly the bytes llama.cpp loads that are not routed experts, in every file of the
+    // model (not the MTP layers it skips).
+    std::vector<std::pair<uint64_t, uint64_t>> expert_ranges = index_.unused_ranges, dense;
     for (const auto & l : index_.layers) {
         for (const auto & t : l.tensors) {
             expert_ranges.emplace_back(t.file_offset, t.file_offset + t.expert_stride * index_.n_expert);

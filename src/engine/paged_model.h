@@ -24,7 +24,8 @@ struct PagedModelOptions {
     PrefetchMode prefetch = PrefetchMode::automatic;
     EvictionPolicy policy = EvictionPolicy::lfu;
     std::string trace_path;
-    bool repack = true;  // experts in ggml's repacked layout where stock would (false: -nr)
+    bool repack = true;     // experts in ggml's repacked layout where stock would (false: -nr)
+    bool load_mtp = false;  // llama.cpp loads the MTP layers too (MTP speculative decoding)
     // Memory the caller's own parts hold besides the model, the KV cache at n_ctx and the
     // compute buffers (a server's prompt cache, a draft model, ...): the arena leaves it free.
     std::vector<std::pair<std::string, uint64_t>> other_needs;

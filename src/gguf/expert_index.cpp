@@ -54,7 +54,7 @@ bool has_routed_experts(const GgufFile & file) {
     return false;
 }
 
-ExpertIndex ExpertIndex::build(const GgufFile & file) {
+ExpertIndex ExpertIndex::build(const GgufFile & file, bool load_mtp) {
     ExpertIndex idx;
     idx.arch = file.architecture();
     idx.file_size = file.file_size();
@@ -74,10 +74,25 @@ ExpertIndex ExpertIndex::build(const GgufFile & file) {
     const auto n_expert = file.get_int(idx.arch + ".expert_count");
     const auto n_used = file.get_int(idx.arch + ".expert_used_count");
     idx.n_layer = static_cast<uint32_t>(n_layer.value_or(0));
+    // The MTP blocks are the last nextn_predict_layers of block_count. llama.cpp creates their
+    // tensors with TENSOR_SKIP unless MTP is loaded (all MoE families of the pinned tree but
+    // step35, which loads its MTP block's experts regardless: there they count as usual).
+    const int64_t n_nextn = file.get_int(idx.arch + ".nextn_predict_layers").value_or(0);
+    if (n_nextn > 0 && n_layer && n_nextn < *n_layer) {
+        idx.n_mtp_layers = static_cast<uint32_t>(n_nextn);
+        idx.mtp_loaded = load_mtp || idx.arch == "step35";
+    }
+    const int64_t first_mtp = idx.n_mtp_layers > 0 && !idx.mtp_loaded ? *n_layer - n_nextn : INT64_MAX;
+    static const std::regex block_tensor(R"(^blk\.(\d{1,9})\.)");
 
     std::map<int, ExpertLayer> by_layer;
     std::smatch m;
     for (const auto & t : file.tensors()) {
+        if (std::regex_search(t.name, m, block_tensor) && std::stoll(m[1].str()) >= first_mtp) {
+            idx.unused_bytes += t.nbytes;
+            idx.unused_ranges.emplace_back(t.file_offset, t.file_offset + t.nbytes);
+            continue;
+        }
         if (!is_expert_stack(t) || !std::regex_match(t.name, m, layer_weight_pattern())) {
             idx.dense_bytes += t.nbytes;
             continue;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace epq {
@@ -50,12 +51,19 @@ struct ExpertIndex {
     std::vector<GgufShard> shards;        // the model's files (one unless split) and their byte-space bases
     uint64_t file_size = 0;               // bytes of every file together
     uint64_t expert_bytes = 0;            // all routed expert bytes
-    uint64_t dense_bytes = 0;             // every other tensor byte
+    uint64_t dense_bytes = 0;             // every other tensor byte llama.cpp loads
+    // Next-token-prediction (MTP) layers (<arch>.nextn_predict_layers, the last blocks): llama.cpp
+    // skips their tensors unless asked to load MTP, so they are neither paged nor budgeted.
+    uint32_t n_mtp_layers = 0;
+    bool mtp_loaded = false;
+    uint64_t unused_bytes = 0;                                 // bytes of the tensors skipped
+    std::vector<std::pair<uint64_t, uint64_t>> unused_ranges;  // their [begin, end) in the byte space
     uint64_t min_arena_bytes = 0;
     std::string min_arena_reason;
 
     // Throws epq::Error for a model without routed experts or with inconsistent expert tensors.
-    static ExpertIndex build(const GgufFile & file);
+    // `load_mtp`: llama.cpp will load the MTP layers (MTP speculative decoding), so they count.
+    static ExpertIndex build(const GgufFile & file, bool load_mtp = false);
 
     const ExpertLayer * layer(int il) const;
 };

@@ -146,6 +146,7 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     }
     // Validate before llama.cpp sees the file: a corrupt one gets a one-line reason.
     const GgufFile file = GgufFile::open(params.model.path);
+    file.require_tensor_data();
     // llama.cpp loads a split model from its first shard; the user may have named another.
     params.model.path = file.path();
     if (!has_routed_experts(file)) {
@@ -171,6 +172,10 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     po.trace_path = flags.trace;
     po.repack = !params.no_extra_bufts;
     po.other_needs = plan.needs;
+    // MTP drafting makes llama.cpp load the MTP layers, and with them their experts.
+    // (as common_model_params_to_llama decides it).
+    po.load_mtp = std::find(params.speculative.types.begin(), params.speculative.types.end(),
+                            COMMON_SPECULATIVE_TYPE_DRAFT_MTP) != params.speculative.types.end();
     ps->model = std::make_unique<PagedModel>(params.model.path, po);
     // llama-server only sees a failed decode ("Compute error."): the log says why.
     log_pager_errors(true);

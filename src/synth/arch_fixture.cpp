@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <regex>
 #include <set>
 
 namespace epq {
@@ -294,6 +295,37 @@ void fill_tensor(ggml_tensor * t, void * user) {
     }
 }
 
+// The saver writes the optional per-tensor scales (<name>.scale, <name>.input_scale) that
+// llama.cpp creates for every block when it builds a model to fill, the MTP blocks included;
+// but when it loads a file without MTP it creates no scales for those blocks, and counts them
+// as tensors too many. Real files carry none: rewrite the fixture without them.
+void drop_mtp_scales(const std::string & path, uint32_t first_mtp) {
+    ggml_context * data = nullptr;
+    gguf_init_params params{/*no_alloc =*/false, &data};
+    gguf_context * in = gguf_init_from_file(path.c_str(), params);
+    if (!in) {
+        throw Error("arch fixture: cannot read back " + path);
+    }
+    gguf_context * out = gguf_init_empty();
+    gguf_set_kv(out, in);
+    const std::regex mtp_scale(R"(^blk\.(\d+)\..*\.(input_)?scale$)");
+    std::smatch m;
+    for (int64_t i = 0; i < gguf_get_n_tensors(in); ++i) {
+        const std::string name = gguf_get_tensor_name(in, i);
+        if (std::regex_match(name, m, mtp_scale) && std::stoul(m[1].str()) >= first_mtp) {
+            continue;
+        }
+        gguf_add_tensor(out, ggml_get_tensor(data, name.c_str()));
+    }
+    const bool ok = gguf_write_to_file(out, path.c_str(), false);
+    gguf_free(out);
+    gguf_free(in);
+    ggml_free(data);
+    if (!ok) {
+        throw Error("arch fixture: cannot write " + path);
+    }
+}
+
 }  // namespace
 
 const std::vector<std::string> & moe_architectures() {
@@ -317,10 +349,15 @@ void write_arch_fixture(const std::string & arch, const std::string & path, cons
         // llama.cpp's model saver refuses this architecture (an assertion, not an error).
         throw Error("llama.cpp cannot save step35 models, so no fixture can be written for it");
     }
-    const Dims d = dims_for(arch);
+    Dims d = dims_for(arch);
+    d.n_layer += opts.n_nextn;  // the MTP layers are the last blocks
     gguf_context * meta = gguf_init_empty();
     write_metadata(meta, arch, d, opts);
+    if (opts.n_nextn > 0) {
+        gguf_set_val_u32(meta, (arch + ".nextn_predict_layers").c_str(), opts.n_nextn);
+    }
     llama_model_params mp = llama_model_default_params();
+    mp.load_mtp = opts.n_nextn > 0;  // so that llama.cpp creates (and saves) their tensors
     FillState fill{opts.seed, opts.stdev};
     llama_model * model = nullptr;
     try {
@@ -335,6 +372,9 @@ void write_arch_fixture(const std::string & arch, const std::string & path, cons
     }
     llama_model_save_to_file(model, path.c_str());
     llama_model_free(model);
+    if (opts.n_nextn > 0) {
+        drop_mtp_scales(path, d.n_layer - opts.n_nextn);
+    }
 }
 
 }  // namespace epq

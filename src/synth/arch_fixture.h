@@ -17,6 +17,10 @@ struct ArchFixtureOptions {
     uint32_t n_expert_used = 2;  // top-k
     uint64_t seed = 42;
     float stdev = 0.1f;  // of the normal distribution every weight is drawn from
+    // Next-token-prediction (MTP) layers after the trunk, as GLM-4.5, DeepSeek-V3 and Qwen3.5
+    // files carry them (<arch>.nextn_predict_layers): llama.cpp creates them only when asked to
+    // load MTP, and skips them otherwise.
+    uint32_t n_nextn = 0;
 };
 
 // The architectures of the pinned llama.cpp that have routed experts (always or optionally),
