@@ -24,6 +24,10 @@ constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14), abs
 
 }  // namespace
 
+ArenaPlan plan_expert_arena(const ExpertIndex & index, uint64_t budget) {
+    return make_plan(SlotLayout::build(index), index, budget);
+}
+
 std::vector<ModelFilePart> model_file_parts(const ExpertIndex & index) {
     std::vector<ModelFilePart> parts;
     for (const auto & s : index.shards) {

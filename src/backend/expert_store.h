@@ -42,6 +42,10 @@ struct ExpertStoreOptions {
 
 class ExpertSlotView;
 
+// How an arena of `budget` bytes is split into slots for this model (throws epq::Error below
+// the minimum): what ExpertStore allocates, computed from the index alone.
+ArenaPlan plan_expert_arena(const ExpertIndex & index, uint64_t budget);
+
 // The files a model's experts are read from (every shard of a split model), for a ModelReader.
 std::vector<ModelFilePart> model_file_parts(const ExpertIndex & index);
 

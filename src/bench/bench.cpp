@@ -208,6 +208,7 @@ int run_bench(const BenchOptions & o) {
         throw Error("--runs must be >= 1, -n and --stock-tokens >= 2, --replay-prompt >= 1");
     }
     const GgufFile file = GgufFile::open(o.model);
+    file.require_tensor_data();
     const ExpertIndex idx = ExpertIndex::build(file);
     Child child{o, o.replay.empty() ? default_replay_text() : o.replay,
                 o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};

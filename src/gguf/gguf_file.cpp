@@ -274,6 +274,14 @@ std::string first_shard_path(const std::string & path) {
     return paths.empty() ? path : paths.front();
 }
 
+void GgufFile::require_tensor_data() const {
+    if (has_key("epq.synth.header_only")) {
+        throw Error(path() +
+                    " was written by `epq synth --header-only`: its tensor data is a hole, for epq inspect "
+                    "and arena plans only; write it again without --header-only to run it");
+    }
+}
+
 GgufFile GgufFile::open(const std::string & path) {
     GgufFile f;
     ParsedFile given = parse_file(path);

@@ -79,6 +79,9 @@ public:
     std::optional<int64_t> get_int(const std::string & key) const;
     std::optional<std::string> get_string(const std::string & key) const;
     bool has_key(const std::string & key) const;
+    // Throws for a file `epq synth --header-only` wrote: its tensor data is a hole (zeros), fit
+    // for inspect and arena plans, never for computing.
+    void require_tensor_data() const;
 
 private:
     struct CtxFree {

@@ -98,6 +98,16 @@ std::string inspect_text(const GgufFile & file, const ExpertIndex & idx, bool pe
     if (!rec.empty()) {
         o << "recurrent:      layers " << rec << " (attention.recurrent_layers)\n";
     }
+    if (idx.n_mtp_layers > 0) {
+        const int first = static_cast<int>(idx.n_layer - idx.n_mtp_layers);
+        o << "mtp layers:     "
+          << (idx.n_mtp_layers == 1 ? "layer " + std::to_string(first)
+                                    : "layers " + std::to_string(first) + "-" + std::to_string(idx.n_layer - 1))
+          << " (next-token prediction, " << format_bytes(idx.unused_bytes) << "): "
+          << (idx.mtp_loaded ? "loaded by llama.cpp, counted below"
+                             : "llama.cpp skips them unless MTP drafting is on; neither read nor budgeted")
+          << "\n";
+    }
     o << "dense weights:  " << format_bytes(idx.dense_bytes) << " (" << percent(idx.dense_bytes, total)
       << ")  stay in RAM\n";
     o << "expert weights: " << format_bytes(idx.expert_bytes) << " (" << percent(idx.expert_bytes, total) << ") in "
@@ -152,6 +162,9 @@ nlohmann::json inspect_json(const GgufFile & file, const ExpertIndex & idx) {
     j["n_expert"] = idx.n_expert;
     j["n_expert_used"] = idx.n_expert_used;
     j["dense_bytes"] = idx.dense_bytes;
+    j["mtp_layers"] = idx.n_mtp_layers;
+    j["mtp_loaded"] = idx.mtp_loaded;
+    j["unused_bytes"] = idx.unused_bytes;
     j["expert_bytes"] = idx.expert_bytes;
     std::vector<int> rec;
     if (!recurrent_layers(file, idx.arch, &rec).empty() || !rec.empty()) {

@@ -71,11 +71,36 @@ struct Preset {
     SynthConfig (*make)();
 };
 
+// The Jinja template each family's real files ship, from the pinned tree's models/templates.
+// Qwen3-30B-A3B ships Qwen3's template, Qwen3.5-35B-A3B Qwen3.5's, gpt-oss-20b the same one as
+// gpt-oss-120b, and DeepSeek-V3-style routing goes with DeepSeek-V3.1's. The tree has none of
+// OLMoE's or DeepSeek-V2-Lite's: those keep what their vocabulary carries (llama.cpp then picks
+// its built-in format).
+std::string family_template(const SynthShape & s, const std::string & preset) {
+    if (s.arch == "qwen3moe") {
+        return "Qwen-Qwen3-0.6B.jinja";
+    }
+    if (s.arch == "qwen35moe") {
+        return "Qwen3.5-4B.jinja";
+    }
+    if (s.arch == "gpt-oss") {
+        return "openai-gpt-oss-120b.jinja";
+    }
+    if (preset == "kimi-k2") {
+        return "Kimi-K2-Instruct.jinja";
+    }
+    if (s.arch == "deepseek2" && (preset == "tiny-deepseek2" || preset == "deepseek-v3")) {
+        return "deepseek-ai-DeepSeek-V3.1.jinja";
+    }
+    return "";
+}
+
 SynthConfig with(SynthShape s, const char * preset, const char * vocab) {
     SynthConfig c;
     c.preset = preset;
     c.shape = s;
     c.vocab = vocab;
+    c.chat_template = family_template(s, preset);
     c.quant = make_quant_preset("mixed");
     c.quant_name = "mixed";
     return c;
@@ -192,6 +217,31 @@ const std::vector<Preset> & presets() {
              s.n_layer = 27, s.n_embd = 2048, s.n_expert = 64, s.n_expert_used = 6, s.n_ff_exp = 1408, s.n_ff = 10944;
              s.n_head = 16, s.n_ctx_train = 163840, s.rope_yarn_factor = 40.0f, s.rope_yarn_orig_ctx = 4096;
              return with(s, "deepseek-v2-lite", "deepseek-llm");
+         }},
+        // The 1 TB class, for planning at scale (write them with --header-only: a sparse file of
+        // the full size whose header is real, enough for epq inspect and arena plans).
+        {"deepseek-v3",
+         "DeepSeek-V3/R1 shape (~400 GB mixed; use --header-only): 61 layers (the first 3 dense, ff 18432), "
+         "n_embd 7168, 256 experts top-8 + 1 shared, expert ff 2048, latent attention, sigmoid routing",
+         [] {
+             SynthShape s = deepseek2_shape();
+             s.n_layer = 61, s.n_embd = 7168, s.n_expert = 256, s.n_expert_used = 8, s.n_ff_exp = 2048, s.n_ff = 18432;
+             s.n_dense_lead = 3, s.n_expert_shared = 1, s.n_head = 128, s.q_lora_rank = 1536, s.kv_lora_rank = 512;
+             s.sigmoid_gating = true, s.expert_weights_norm = true, s.expert_weights_scale = 2.5f;
+             s.n_ctx_train = 163840, s.rope_yarn_factor = 40.0f, s.rope_yarn_orig_ctx = 4096;
+             return with(s, "deepseek-v3", "deepseek-llm");
+         }},
+        {"kimi-k2",
+         "Kimi-K2 shape (~600 GB mixed; use --header-only): 61 layers (the first dense, ff 18432), n_embd 7168, "
+         "384 experts top-8 + 1 shared, expert ff 2048, latent attention, sigmoid routing; tokenizer: "
+         "DeepSeek's (the pinned tree ships no Kimi vocabulary)",
+         [] {
+             SynthShape s = deepseek2_shape();
+             s.n_layer = 61, s.n_embd = 7168, s.n_expert = 384, s.n_expert_used = 8, s.n_ff_exp = 2048, s.n_ff = 18432;
+             s.n_dense_lead = 1, s.n_expert_shared = 1, s.n_head = 64, s.q_lora_rank = 1536, s.kv_lora_rank = 512;
+             s.sigmoid_gating = true, s.expert_weights_norm = true, s.expert_weights_scale = 2.827f;
+             s.n_ctx_train = 131072, s.rope_yarn_factor = 32.0f, s.rope_yarn_orig_ctx = 4096;
+             return with(s, "kimi-k2", "deepseek-llm");
          }},
     };
     return all;

@@ -103,6 +103,9 @@ struct SynthConfig {
     QuantPlan quant;
     std::string quant_name;
     std::string vocab;  // ggml-vocab-<vocab>.gguf from the pinned llama.cpp tree
+    // The family's real chat template (a file of the pinned tree's models/templates), written as
+    // tokenizer.chat_template; empty: whatever the vocabulary file carries.
+    std::string chat_template;
     uint64_t seed = 42;
 
     // How the model is laid out in files, as real downloads are: general.alignment (0: GGUF's

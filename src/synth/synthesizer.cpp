@@ -188,10 +188,10 @@ std::string split_file_name(const std::string & out_path, size_t no, size_t coun
 }
 
 // One file: its header, then the tensors' bytes streamed in chunks, under a temporary name
-// renamed into place once complete.
+// renamed into place once complete. With header_only the data section is a hole of its size.
 void write_file(gguf_context * g, const SynthConfig & cfg, const ModelLayout & layout,
-                const std::vector<size_t> & which, const std::string & path, UnitPoolCache & pools,
-                Progress & progress) {
+                const std::vector<size_t> & which, const std::string & path, UnitPoolCache & pools, Progress & progress,
+                bool header_only) {
     std::vector<uint8_t> header(gguf_get_meta_size(g));
     gguf_get_meta_data(g, header.data());
     const size_t alignment = gguf_get_alignment(g);
@@ -205,7 +205,17 @@ void write_file(gguf_context * g, const SynthConfig & cfg, const ModelLayout & l
     try {
         constexpr size_t kChunk = 16u << 20;
         std::vector<uint8_t> buf = std::move(header);
-        {
+        if (header_only) {
+            uint64_t size = buf.size();
+            for (int64_t i = 0; i < gguf_get_n_tensors(g); ++i) {
+                size += GGML_PAD(gguf_get_tensor_size(g, i), alignment);
+            }
+            if (::pwrite(out.fd, buf.data(), buf.size(), 0) != static_cast<ssize_t>(buf.size()) ||
+                ::ftruncate(out.fd, static_cast<off_t>(size)) != 0) {
+                throw Error("cannot write " + tmp_path + ": " + std::strerror(errno));
+            }
+            progress.advance(size);
+        } else {
             BackgroundWriter writer(out.fd, tmp_path);
             for (const size_t i : which) {
                 const auto & t = layout.tensors[i];
@@ -255,6 +265,7 @@ SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, co
     validate(cfg);
     const Vocab vocab = Vocab::load(cfg.vocab);
     const ModelLayout layout = build_layout(cfg, vocab.n_tokens());
+    const std::string chat_template = cfg.chat_template.empty() ? "" : load_chat_template(cfg.chat_template);
 
     ggml_init_params ip{};
     ip.mem_size = (layout.tensors.size() + 1) * ggml_tensor_overhead();
@@ -285,6 +296,13 @@ SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, co
         if (k == 0) {
             layout.write_metadata(g);
             vocab.copy_into(g);
+            if (!chat_template.empty()) {
+                gguf_set_val_str(g, "tokenizer.chat_template", chat_template.c_str());
+            }
+            if (opts.header_only) {
+                // epq refuses to compute on it (GgufFile::require_tensor_data).
+                gguf_set_val_bool(g, "epq.synth.header_only", true);
+            }
         }
         if (groups.size() > 1) {
             gguf_set_val_u16(g, "split.no", static_cast<uint16_t>(k));
@@ -302,7 +320,7 @@ SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, co
     }
 
     struct statvfs vfs {};
-    if (statvfs(parent_dir(out_path).c_str(), &vfs) == 0) {
+    if (!opts.header_only && statvfs(parent_dir(out_path).c_str(), &vfs) == 0) {
         const uint64_t free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
         if (free_bytes < total) {
             throw Error("not enough disk space for " + out_path + ": the model needs " + format_bytes(total) + ", " +
@@ -313,7 +331,7 @@ SynthResult synthesize(const SynthConfig & cfg, const std::string & out_path, co
     Progress progress("synth " + cfg.preset, total, opts.progress);
     UnitPoolCache pools(cfg.seed);
     for (size_t k = 0; k < groups.size(); ++k) {
-        write_file(headers[k].get(), cfg, layout, groups[k], paths[k], pools, progress);
+        write_file(headers[k].get(), cfg, layout, groups[k], paths[k], pools, progress, opts.header_only);
     }
     progress.finish();
 

@@ -21,6 +21,9 @@ struct SynthResult {
 
 struct SynthOptions {
     bool progress = true;
+    // Write only the headers; the tensor data is left a hole of the right size (a sparse file):
+    // real metadata and offsets at any scale, for inspecting and planning, not for running.
+    bool header_only = false;
 };
 
 // Throws epq::Error (bad shape, unwritable output, disk full). The file appears under its name

@@ -7,8 +7,13 @@
 #include <climits>
 #include <cstdlib>
 #include <dirent.h>
+#include <fstream>
+#include <sstream>
 #include <unistd.h>
 
+#ifndef EPQ_BUILD_TEMPLATE_DIR
+#define EPQ_BUILD_TEMPLATE_DIR ""
+#endif
 #ifndef EPQ_BUILD_VOCAB_DIR
 #define EPQ_BUILD_VOCAB_DIR ""
 #endif
@@ -73,6 +78,27 @@ std::vector<std::string> vocab_search_dirs() {
         dirs.emplace_back(EPQ_BUILD_VOCAB_DIR);
     }
     return dirs;
+}
+
+std::string load_chat_template(const std::string & file) {
+    std::vector<std::string> dirs;
+    if (const std::string exe = exe_dir(); !exe.empty()) {
+        dirs.push_back(exe + "/../share/epq/templates");
+    }
+    if (*EPQ_BUILD_TEMPLATE_DIR) {
+        dirs.emplace_back(EPQ_BUILD_TEMPLATE_DIR);
+    }
+    for (const auto & d : dirs) {
+        std::ifstream in(d + "/" + file, std::ios::binary);
+        if (in) {
+            std::ostringstream text;
+            text << in.rdbuf();
+            return text.str();
+        }
+    }
+    throw Error("chat template " + file +
+                " not found beside the binary (share/epq/templates); rebuild epq so the "
+                "build installs the pinned tree's templates");
 }
 
 Vocab Vocab::load(const std::string & name) {

@@ -15,6 +15,10 @@ namespace epq {
 // <binary>/../share/epq/vocab, and the build tree's copy of the pinned llama.cpp models/.
 std::vector<std::string> vocab_search_dirs();
 
+// The text of a chat template of the pinned llama.cpp tree (models/templates/<file>, the Jinja
+// templates real models ship), installed beside the binary by the build. Throws epq::Error.
+std::string load_chat_template(const std::string & file);
+
 class Vocab {
 public:
     // Throws epq::Error listing the places searched and the vocabularies found.

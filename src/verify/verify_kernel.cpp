@@ -230,6 +230,7 @@ std::string kernel_summary(Status status, int passed, int failed, const std::vec
 
 CheckReport verify_kernel(const VerifyOptions & o) {
     const GgufFile file = GgufFile::open(o.model);
+    file.require_tensor_data();
     const ExpertIndex idx = ExpertIndex::build(file);
     PagerOptions po;
     po.arena_bytes = idx.min_arena_bytes * 2;

@@ -60,9 +60,9 @@ Handler add_synth(CLI::App & app) {
         uint32_t ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_conv = 0;
         uint32_t shared_experts = 0, dense_ff = 0, sliding_window = 0;
         int64_t dense_layers = -1;  // 0 is a valid choice (every layer MoE), so unset is -1
-        bool tie = false, untie = false, quiet = false;
+        bool tie = false, untie = false, quiet = false, header_only = false;
         std::string vocab, split_max_size;
-        uint32_t alignment = 0;
+        uint32_t alignment = 0, mtp_layers = 0;
     };
     auto o = std::make_shared<Opts>();
     auto * preset = sub->add_option("--preset", o->preset, preset_help());
@@ -120,6 +120,12 @@ Handler add_synth(CLI::App & app) {
                     "llama-gguf-split writes them: OUT-00001-of-0000N.gguf, ...");
     sub->add_option("--alignment", o->alignment,
                     "general.alignment: tensor data aligned to this many bytes (a power of 2; GGUF's default is 32)");
+    sub->add_option("--mtp-layers", o->mtp_layers,
+                    "--arch: next-token-prediction layers after the trunk (nextn_predict_layers), with their own "
+                    "experts, as GLM-4.5 / DeepSeek-V3 / Qwen3.5 files carry them");
+    sub->add_flag("--header-only", o->header_only,
+                  "write the real header and leave the tensor data a hole of its size (a sparse file): for "
+                  "inspecting and planning models of any size (1 TB class: --preset kimi-k2), not for running");
     sub->add_flag("-q,--quiet", o->quiet, "no progress bar");
 
     return [o]() {
@@ -133,11 +139,15 @@ Handler add_synth(CLI::App & app) {
             fo.n_expert = o->experts ? o->experts : fo.n_expert;
             fo.n_expert_used = o->experts_used ? o->experts_used : fo.n_expert_used;
             fo.seed = o->seed;
+            fo.n_nextn = o->mtp_layers;
             set_llama_verbosity(false);
             write_arch_fixture(o->arch, o->out, fo);
             std::fprintf(stderr, "epq: wrote %s: a tiny %s model shaped by llama.cpp's loader\n", o->out.c_str(),
                          o->arch.c_str());
             return 0;
+        }
+        if (o->mtp_layers != 0) {
+            throw Error("--mtp-layers applies to --arch fixtures (their layers are shaped by llama.cpp's loader)");
         }
         if (o->preset.empty()) {
             throw Error("give --preset NAME (or --arch NAME for an architecture fixture)");
@@ -203,12 +213,21 @@ Handler add_synth(CLI::App & app) {
         cfg.alignment = o->alignment;
 
         SynthOptions opts;
-        opts.progress = !o->quiet;
+        opts.progress = !o->quiet && !o->header_only;
+        opts.header_only = o->header_only;
         const SynthResult r = synthesize(cfg, o->out, opts);
         std::string wrote = r.path;
         if (r.files.size() > 1) {
             wrote += " and " + std::to_string(r.files.size() - 1) + " more file" + (r.files.size() > 2 ? "s" : "") +
                      " (" + std::to_string(r.files.size()) + " shards, load the first)";
+        }
+        if (o->header_only) {
+            std::fprintf(stderr,
+                         "epq: wrote %s: %s, %llu tensors, %s (header only: the tensor data is a hole, for inspect "
+                         "and arena plans, not for running)\n",
+                         wrote.c_str(), cfg.shape.arch.c_str(), static_cast<unsigned long long>(r.n_tensors),
+                         format_bytes(r.bytes).c_str());
+            return 0;
         }
         std::fprintf(
             stderr, "epq: wrote %s: %s, %llu tensors, %s in %.1f s (%s/s)\n", wrote.c_str(), cfg.shape.arch.c_str(),

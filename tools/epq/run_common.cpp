@@ -76,6 +76,7 @@ LoadedModel load_model(const RunOptions & o) {
     m.start = std::chrono::steady_clock::now();
     // Validate before llama.cpp sees the file: a corrupt or non-MoE file gets a one-line reason.
     const GgufFile file = GgufFile::open(o.model);
+    file.require_tensor_data();
     SessionOptions so;
     so.n_threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     so.n_ctx = o.n_ctx;

@@ -1,11 +1,16 @@
-// Models split into several files, as big models are published (llama.cpp's gguf-split format):
-// written by epq synth and by stock llama-gguf-split, opened from any shard, every shard's
-// experts indexed and paged, logits identical to stock llama.cpp on the split files, and a
-// missing or foreign shard refused with one clear error before anything loads.
+// The files people download. Models split into several files, as big models are published
+// (llama.cpp's gguf-split format): written by epq synth and by stock llama-gguf-split, opened
+// from any shard, every shard's experts indexed and paged, logits identical to stock llama.cpp
+// on the split files, and a missing or foreign shard refused with one clear error before
+// anything loads. And what else real files carry: an alignment other than 32, expert types
+// mixed across and within layers (dynamic quants), next-token-prediction layers llama.cpp
+// skips, and the family's real chat template.
 #include "test_util.h"
 
 #include "gguf/expert_index.h"
+#include "synth/arch_fixture.h"
 #include "synth/synthesizer.h"
+#include "util/byte_size.h"
 
 #include "gguf.h"
 #include "llama.h"
@@ -14,9 +19,17 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <fcntl.h>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace epq;
 using namespace epq::test;
@@ -245,4 +258,240 @@ TEST(SplitModel, MissingOrForeignShardIsOneClearErrorBeforeLoading) {
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.err.find("does not belong"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(second), std::string::npos) << r.err;
+}
+
+// ---- what else real files carry ------------------------------------------------------------
+
+namespace {
+
+struct FileCase {
+    std::string name;
+    std::string model;
+};
+
+std::string model_for(const std::string & name) {
+    if (name == "alignment_4096" || name == "alignment_64") {
+        SynthConfig cfg = tiny("qwen3moe");
+        cfg.alignment = name == "alignment_64" ? 64 : 4096;
+        return synth_model("tiny-qwen3moe-" + name, cfg);
+    }
+    if (name == "dynamic_quant") {
+        // As dynamic quants mix them: four expert types, gate, up and down of one layer each in
+        // another, and down differing between the first and second half of the layers.
+        SynthConfig cfg = tiny("qwen3moe");
+        cfg.quant.choose("ffn_gate_exps", parse_ggml_type("iq2_xxs"));
+        cfg.quant.choose("ffn_up_exps", parse_ggml_type("q3_k"));
+        cfg.quant.choose("ffn_down_exps", parse_ggml_type("q5_k"));
+        cfg.quant.choose("ffn_down_exps_alt", parse_ggml_type("q8_0"));
+        return synth_model("tiny-qwen3moe-dynamic-quant", cfg);
+    }
+    // mtp_glm4moe, mtp_deepseek2: fixtures shaped by llama.cpp's loader with one MTP layer.
+    const std::string arch = name.substr(4);
+    const std::string path = temp_dir() + "/mtp-" + arch + ".gguf";
+    if (access(path.c_str(), R_OK) != 0) {
+        ArchFixtureOptions o;
+        o.n_nextn = 1;
+        write_arch_fixture(arch, path, o);
+    }
+    return path;
+}
+
+}  // namespace
+
+class DownloadedFile : public ::testing::TestWithParam<std::string> {};
+
+// The exactness gate on each kind of file: paged with an arena that evicts constantly, every
+// step's logits equal stock llama.cpp's on the same file, in both weight layouts.
+TEST_P(DownloadedFile, PagedLogitsMatchStock) {
+    const std::string model = model_for(GetParam());
+    const GgufFile file = GgufFile::open(model);
+    const ExpertIndex idx = ExpertIndex::build(file);
+    if (GetParam() == "dynamic_quant") {
+        std::set<ggml_type> types;
+        for (const auto & l : idx.layers) {
+            std::set<ggml_type> in_layer;
+            for (const auto & t : l.tensors) {
+                types.insert(t.type);
+                in_layer.insert(t.type);
+            }
+            EXPECT_EQ(in_layer.size(), 3u) << "layer " << l.layer << ": gate, up and down not in three types";
+        }
+        EXPECT_EQ(types.size(), 4u);
+    }
+    if (GetParam().rfind("alignment", 0) == 0) {
+        const uint64_t align = GetParam() == "alignment_64" ? 64 : 4096;
+        EXPECT_EQ(file.get_int("general.alignment").value_or(0), static_cast<int64_t>(align));
+        for (const auto & t : file.tensors()) {
+            EXPECT_EQ((t.file_offset - file.data_offset()) % align, 0u) << t.name;
+        }
+    }
+    for (const std::string mode : {"", "-nr"}) {
+        auto with_mode = [&](std::vector<std::string> a) {
+            if (!mode.empty()) {
+                a.push_back(mode);
+            }
+            return a;
+        };
+        const std::string tag = "file-" + GetParam() + mode;
+        const LoggedRun stock = run_logged(model, kPrompt, "24", with_mode({"--no-pager"}), tag + "-stock");
+        ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
+        ASSERT_FALSE(stock.logits.empty());
+        const LoggedRun paged = run_logged(model, kPrompt, "24",
+                                           with_mode({"--arena", std::to_string(idx.min_arena_bytes)}), tag + "-paged");
+        ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;
+        EXPECT_TRUE(paged.logits == stock.logits) << GetParam() << mode << ": paged logits differ from stock";
+        EXPECT_GT(paged.stats["bytes_read"].get<uint64_t>(), 0u);
+        expect_all_experts_paged(paged.stats, idx);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, DownloadedFile,
+                         ::testing::Values("alignment_4096", "alignment_64", "dynamic_quant", "mtp_glm4moe",
+                                           "mtp_deepseek2"),
+                         [](const auto & p) { return p.param; });
+
+// The MTP layers llama.cpp skips are neither indexed, read nor budgeted: not in the pager's
+// buffer, not in the dense bytes, not prefetched.
+TEST(DownloadedFileMtp, LayersLlamaCppSkipsAreNeitherPagedNorBudgeted) {
+    const std::string model = model_for("mtp_glm4moe");
+    const GgufFile file = GgufFile::open(model);
+    const ExpertIndex idx = ExpertIndex::build(file);
+    ASSERT_EQ(idx.n_mtp_layers, 1u);
+    const int mtp = static_cast<int>(idx.n_layer) - 1;
+    EXPECT_EQ(idx.layer(mtp), nullptr) << "the MTP layer's experts are indexed";
+    EXPECT_NE(file.find_tensor("blk." + std::to_string(mtp) + ".ffn_up_exps.weight"), nullptr)
+        << "the fixture has no MTP experts: the test would not see them";
+    uint64_t all = 0;
+    for (const auto & t : file.tensors()) {
+        all += t.nbytes;
+    }
+    EXPECT_GT(idx.unused_bytes, 0u);
+    EXPECT_EQ(idx.dense_bytes + idx.expert_bytes + idx.unused_bytes, all);
+    // With MTP drafting, llama.cpp loads them: then they count as any layer.
+    const ExpertIndex with_mtp = ExpertIndex::build(file, true);
+    EXPECT_NE(with_mtp.layer(mtp), nullptr);
+    EXPECT_EQ(with_mtp.unused_bytes, 0u);
+    const CommandResult r = run_epq({"inspect", model});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("mtp layers:"), std::string::npos) << r.out;
+}
+
+// Every synth preset of a family whose real template the pinned tree ships carries it, so chat,
+// tools and reasoning see what a real file gives.
+TEST(DownloadedFileTemplate, PresetsCarryTheirFamilysChatTemplate) {
+    const std::map<std::string, std::string> want = {
+        {"tiny-qwen3moe", "Qwen-Qwen3-0.6B.jinja"},
+        {"tiny-qwen35moe", "Qwen3.5-4B.jinja"},
+        {"tiny-gpt-oss", "openai-gpt-oss-120b.jinja"},
+        {"tiny-deepseek2", "deepseek-ai-DeepSeek-V3.1.jinja"},
+    };
+    for (const auto & [preset, file] : want) {
+        const std::string arch = preset.substr(5);
+        const GgufFile f = GgufFile::open(synth_model(preset, tiny(arch)));
+        std::ifstream in(std::string(EPQ_LLAMA_SOURCE_DIR) + "/models/templates/" + file);
+        ASSERT_TRUE(in) << file;
+        std::ostringstream text;
+        text << in.rdbuf();
+        EXPECT_EQ(f.get_string("tokenizer.chat_template").value_or(""), text.str()) << preset;
+    }
+}
+
+// ---- the 1 TB class ------------------------------------------------------------------------
+
+namespace {
+
+struct MeasuredRun {
+    int exit_code = -1;
+    std::string out;
+    long peak_rss_kib = 0;
+};
+
+// Runs epq with stdout to a file and returns the child's own peak resident set (wait4's rusage:
+// this one process, not every child the test process has had).
+MeasuredRun run_epq_measured(const std::vector<std::string> & args, const std::string & out_path) {
+    std::vector<std::string> argv_s{EPQ_BINARY};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char *> argv;
+    for (auto & a : argv_s) {
+        argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    MeasuredRun r;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const int fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 1) < 0) {
+            _exit(126);
+        }
+        execv(argv[0], argv.data());
+        _exit(127);
+    }
+    int status = 0;
+    rusage ru{};
+    if (pid < 0 || wait4(pid, &status, 0, &ru) != pid) {
+        return r;
+    }
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.peak_rss_kib = ru.ru_maxrss;
+    std::ifstream in(out_path);
+    std::ostringstream text;
+    text << in.rdbuf();
+    r.out = text.str();
+    return r;
+}
+
+}  // namespace
+
+// Kimi-K2's shape (61 layers, 384 experts top-8, ~580 GiB), published split as such models are,
+// written header-only: the data is a hole, so the test needs no disk for it. epq inspect indexes
+// every shard and plans a 64 GiB arena from the headers alone, in memory proportional to the
+// index; the file is refused for computing with one clear error.
+TEST(DownloadedFileScale, TerabyteClassSplitHeaderPlansFromTheIndexAlone) {
+    SynthConfig cfg = make_preset("kimi-k2");
+    cfg.split_max_bytes = 50ull << 30;
+    SynthOptions opts;
+    opts.progress = false;
+    opts.header_only = true;
+    const std::string dir = temp_dir() + "/kimi-k2-header";
+    std::filesystem::create_directories(dir);
+    const std::vector<std::string> shards = synthesize(cfg, dir + "/kimi-k2.gguf", opts).files;
+    ASSERT_GE(shards.size(), 10u);
+    uint64_t apparent = 0, allocated = 0;
+    for (const auto & s : shards) {
+        struct stat st {};
+        ASSERT_EQ(stat(s.c_str(), &st), 0) << s;
+        apparent += static_cast<uint64_t>(st.st_size);
+        allocated += static_cast<uint64_t>(st.st_blocks) * 512;
+    }
+    EXPECT_GT(apparent, 500ull << 30);
+    EXPECT_LT(allocated, 256ull << 20) << "the header-only shards take real disk space";
+
+    // From a shard in the middle, as a user may name one.
+    const MeasuredRun r = run_epq_measured({"inspect", shards[4], "--arena", "64G", "--json"}, dir + "/inspect.json");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["n_expert"], 384);
+    EXPECT_EQ(j["n_expert_used"], 8);
+    EXPECT_EQ(j["layers"].size(), 60u);  // the first layer is dense
+    EXPECT_EQ(j["files"].size(), shards.size());
+    EXPECT_GT(j["expert_bytes"].get<uint64_t>(), 500ull << 30);
+    const auto & plan = j["arena_plan"];
+    EXPECT_LE(plan["bytes"].get<uint64_t>(), 64ull << 30);
+    EXPECT_GT(plan["bytes"].get<uint64_t>(), 63ull << 30);
+    EXPECT_FALSE(plan["holds_everything"].get<bool>());
+    uint64_t slots = 0;
+    for (const auto & pool : plan["pools"]) {
+        slots += pool["slots"].get<uint64_t>() * pool["slot_bytes"].get<uint64_t>();
+    }
+    EXPECT_EQ(slots, plan["bytes"].get<uint64_t>());
+    if (!kSanitized) {
+        // The index of 23,040 experts is a few MiB; the file is 580 GiB.
+        EXPECT_LT(r.peak_rss_kib, 128 * 1024) << "epq inspect's peak RSS grows with the file, not the index";
+    }
+    std::cout << "inspect of " << format_bytes(apparent) << " in " << shards.size()
+              << " shards: " << j["seconds"].get<double>() << " s, peak RSS " << r.peak_rss_kib / 1024 << " MiB\n";
+
+    const CommandResult run = run_epq({"run", "-m", shards[0], "-p", "Hi", "-n", "1"});
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_NE(run.err.find("--header-only"), std::string::npos) << run.err;
 }
