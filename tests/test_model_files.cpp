@@ -5,6 +5,7 @@
 // anything loads. And what else real files carry: an alignment other than 32, expert types
 // mixed across and within layers (dynamic quants), next-token-prediction layers llama.cpp
 // skips, and the family's real chat template.
+#include "serve_process.h"
 #include "test_util.h"
 
 #include "gguf/expert_index.h"
@@ -15,6 +16,7 @@
 #include "gguf.h"
 #include "llama.h"
 
+#include <cpp-httplib/httplib.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -376,6 +378,43 @@ TEST(DownloadedFileMtp, LayersLlamaCppSkipsAreNeitherPagedNorBudgeted) {
     EXPECT_NE(r.out.find("mtp layers:"), std::string::npos) << r.out;
 }
 
+// With MTP drafting on, llama.cpp loads those layers and drafts with them: epq serve then pages
+// them as any layer, and its answers (drafts included) equal stock llama-server's.
+TEST(DownloadedFileMtp, MtpDraftingPagesThemAndAnswersAsStock) {
+    const std::string model = model_for("mtp_deepseek2");
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
+    const int mtp = static_cast<int>(idx.n_layer) - 1;
+    const nlohmann::json body = {{"prompt", kPrompt}, {"n_predict", 24}, {"temperature", 0}, {"n_probs", 2}};
+    nlohmann::json answers[2];
+    for (const Server which : {Server::epq, Server::stock}) {
+        std::vector<std::string> flags = {"-c", "512", "-np", "1", "--spec-type", "draft-mtp"};
+        if (which == Server::epq) {
+            flags.insert(flags.end(), {"--arena", std::to_string(idx.min_arena_bytes * 2)});
+        }
+        ServeProcess s(model, flags, which);
+        httplib::Client c("127.0.0.1", s.port());
+        c.set_read_timeout(300, 0);
+        auto r = c.Post("/completion", body.dump(), "application/json");
+        ASSERT_TRUE(r) << s.log();
+        ASSERT_EQ(r->status, 200) << r->body;
+        nlohmann::json j = nlohmann::json::parse(r->body);
+        EXPECT_GT(j["timings"]["draft_n"].get<int>(), 0) << "no MTP drafts: the test would not see the layers used";
+        answers[which == Server::epq ? 0 : 1] = {{"content", j["content"]},
+                                                 {"probs", j["completion_probabilities"]},
+                                                 {"draft_n", j["timings"]["draft_n"]},
+                                                 {"draft_n_accepted", j["timings"]["draft_n_accepted"]}};
+        if (which == Server::epq) {
+            auto st = c.Get("/epq/stats");
+            ASSERT_TRUE(st);
+            const auto layers = nlohmann::json::parse(st->body)["view"]["layers"];
+            EXPECT_NE(std::find(layers.begin(), layers.end(), mtp), layers.end())
+                << "the MTP layer's experts are not paged: " << layers.dump();
+        }
+        EXPECT_EQ(s.stop(), 0) << s.log();
+    }
+    EXPECT_EQ(answers[0], answers[1]);
+}
+
 // Every synth preset of a family whose real template the pinned tree ships carries it, so chat,
 // tools and reasoning see what a real file gives.
 TEST(DownloadedFileTemplate, PresetsCarryTheirFamilysChatTemplate) {
@@ -394,6 +433,17 @@ TEST(DownloadedFileTemplate, PresetsCarryTheirFamilysChatTemplate) {
         text << in.rdbuf();
         EXPECT_EQ(f.get_string("tokenizer.chat_template").value_or(""), text.str()) << preset;
     }
+    // And the server renders chats with it: gpt-oss's harmony format, not the Llama 3 format of
+    // the vocabulary the preset borrows.
+    ServeProcess s(synth_model("tiny-gpt-oss", tiny("gpt-oss")), {"-c", "512", "-np", "1"});
+    httplib::Client c("127.0.0.1", s.port());
+    const nlohmann::json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+    auto r = c.Post("/apply-template", chat.dump(), "application/json");
+    ASSERT_TRUE(r) << s.log();
+    const std::string prompt = nlohmann::json::parse(r->body)["prompt"].get<std::string>();
+    EXPECT_NE(prompt.find("<|start|>user<|message|>Hi<|end|>"), std::string::npos) << prompt;
+    EXPECT_NE(prompt.find("# Valid channels: analysis, commentary, final."), std::string::npos) << prompt;
+    EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
 // ---- the 1 TB class ------------------------------------------------------------------------
