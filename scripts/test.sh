@@ -64,8 +64,9 @@ regular_tests() {
 
 # ASan + UBSan instrument epq's own code (llama.cpp is built as in the regular build, so ccache
 # serves it). They run the tests of what epq owns in memory, threads and parsing: bad and fuzzed
-# files, the expert index, command lines and traces; the arena, mappings, the read pool and
-# direct reads, I/O faults and a model file changed under the run; the pager end to end (chains,
+# files, split files (every shard indexed and read, missing and foreign shards), MTP layers,
+# 1 TB-class headers, the expert index, command lines and traces; the arena, mappings, the read
+# pool and direct reads, I/O faults and a model file changed under the run; the pager end to end (chains,
 # scratch, read-ahead, prefetch, repacking, both layouts) on qwen3moe and gpt-oss (biases, its
 # own activation) and the sampled architectures of the gate; the verify checks; epq serve's own
 # parts (its flags, the memory budget, the pager's routes, router children) with llama.cpp's
@@ -126,6 +127,10 @@ asan_tests() {
   asan+='|^Serve\.RouterMode'
   asan+='|^Serve/ServeIdentity\..*/nr '
   asan+='|^Serve\.ExpertReadErrors'
+  asan+='|^SplitModel\.'
+  asan+='|^DownloadedFileMtp\.'
+  asan+='|^DownloadedFileScale\.'
+  asan+='|^Files/DownloadedFile\..*/alignment_64 '
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$asan")
   rm -rf build-asan/tests/models
@@ -140,6 +145,7 @@ tsan_tests() {
   local tsan='^(Synth|ReadPool|DirectReader|Mapping|ModelFile)\.|^Pager/PagerPrefill\..*/qwen3moe( |$)'
   tsan+='|^Faults/IoFaults\..*/(eio_once|short_reads)( |$)'
   tsan+='|^Serve\.PagerViewBeside'
+  tsan+='|^SplitModel\.PagedLogits'
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$tsan")
   rm -rf build-tsan/tests/models
