@@ -130,7 +130,6 @@ asan_tests() {
   asan+='|^SplitModel\.'
   asan+='|^DownloadedFileMtp\.'
   asan+='|^DownloadedFileScale\.'
-  asan+='|^Files/DownloadedFile\..*/alignment_64 '
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$asan")
   rm -rf build-asan/tests/models
@@ -145,7 +144,6 @@ tsan_tests() {
   local tsan='^(Synth|ReadPool|DirectReader|Mapping|ModelFile)\.|^Pager/PagerPrefill\..*/qwen3moe( |$)'
   tsan+='|^Faults/IoFaults\..*/(eio_once|short_reads)( |$)'
   tsan+='|^Serve\.PagerViewBeside'
-  tsan+='|^SplitModel\.PagedLogits'
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$tsan")
   rm -rf build-tsan/tests/models

@@ -132,6 +132,31 @@ TEST(ReadPool, ManyConcurrentReadsAllLand) {
     EXPECT_EQ(pool.stats().bytes, 64u * 70000);
 }
 
+// A split model: the pool's threads read both files at once, each read from its own file.
+TEST(ReadPool, ConcurrentReadsAcrossSplitFilesLand) {
+    const size_t n = 4 * 1024 * 1024;
+    const std::string a = pattern_file("pool-a.bin", n), b = pattern_file("pool-b.bin", n);
+    const uint64_t base_b = 8ull << 20;
+    ModelReader r({{a, 0}, {b, base_b}});
+    ReadPool pool(r, 4);
+    std::vector<std::vector<uint8_t>> bufs(64);
+    std::vector<ReadRequest> reqs;
+    for (size_t i = 0; i < bufs.size(); ++i) {
+        bufs[i].resize(50000);
+        const uint64_t local = (i / 2) * 100003;
+        reqs.push_back({(i % 2 ? base_b : 0) + local, 50000, bufs[i].data(), 0, 0});
+    }
+    auto t = pool.submit(reqs);
+    t->wait();
+    EXPECT_TRUE(t->done());
+    for (size_t i = 0; i < bufs.size(); ++i) {
+        for (size_t j = 0; j < 50000; j += 997) {
+            ASSERT_EQ(bufs[i][j], expected_byte((i / 2) * 100003 + j)) << "read " << i;
+        }
+    }
+    EXPECT_EQ(pool.stats().requests, 64u);
+}
+
 TEST(ReadPool, AReadErrorReachesTheWaiter) {
     const std::string path = pattern_file("fail.bin", 1 << 20);
     ModelReader r(path);

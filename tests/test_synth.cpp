@@ -370,7 +370,9 @@ TEST_P(SynthPresetHead, TopLogitIsNeverTied) {
 INSTANTIATE_TEST_SUITE_P(Synth, SynthPresetHead, ::testing::ValuesIn([] {
                              std::vector<std::string> names;
                              for (const auto & p : list_presets()) {
-                                 names.push_back(p.name);
+                                 if (!p.for_planning) {  // 1 TB class: their heads are deepseek-v2-lite's
+                                     names.push_back(p.name);
+                                 }
                              }
                              return names;
                          }()),

@@ -306,6 +306,10 @@ class VerifyFault : public ::testing::TestWithParam<std::string> {};
 TEST_P(VerifyFault, EveryCheckFailsWithAPlantedFault) {
     const std::string model = synth_model("tiny-qwen3moe", tiny("qwen3moe"));
     for (const std::string layout : {"", "-nr"}) {  // repacked experts and the file's layout
+        // Under ASan each fault runs in one layout, the two faults between them in both.
+        if (kSanitized && (layout == "-nr") != (GetParam() == "wrong-slot")) {
+            continue;
+        }
         for (const std::string check : {"kernel", "layer", "multitoken", "generate", "determinism"}) {
             const std::string dir = temp_dir() + "/fault-" + GetParam() + "-" + check + layout;
             std::vector<std::string> args = {"verify", check, "-m", model, "--fast", "--report-dir", dir, "-n", "16"};

@@ -69,6 +69,7 @@ struct Preset {
     const char * name;
     const char * description;
     SynthConfig (*make)();
+    bool for_planning = false;
 };
 
 // The Jinja template each family's real files ship, from the pinned tree's models/templates.
@@ -230,7 +231,8 @@ const std::vector<Preset> & presets() {
              s.sigmoid_gating = true, s.expert_weights_norm = true, s.expert_weights_scale = 2.5f;
              s.n_ctx_train = 163840, s.rope_yarn_factor = 40.0f, s.rope_yarn_orig_ctx = 4096;
              return with(s, "deepseek-v3", "deepseek-llm");
-         }},
+         },
+         true},
         {"kimi-k2",
          "Kimi-K2 shape (~600 GB mixed; use --header-only): 61 layers (the first dense, ff 18432), n_embd 7168, "
          "384 experts top-8 + 1 shared, expert ff 2048, latent attention, sigmoid routing; tokenizer: "
@@ -242,7 +244,8 @@ const std::vector<Preset> & presets() {
              s.sigmoid_gating = true, s.expert_weights_norm = true, s.expert_weights_scale = 2.827f;
              s.n_ctx_train = 131072, s.rope_yarn_factor = 32.0f, s.rope_yarn_orig_ctx = 4096;
              return with(s, "kimi-k2", "deepseek-llm");
-         }},
+         },
+         true},
     };
     return all;
 }
@@ -342,7 +345,7 @@ const std::vector<ggml_type> & expert_quant_types() {
 std::vector<PresetInfo> list_presets() {
     std::vector<PresetInfo> out;
     for (const auto & p : presets()) {
-        out.push_back({p.name, p.description});
+        out.push_back({p.name, p.description, p.for_planning});
     }
     return out;
 }

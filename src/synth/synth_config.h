@@ -118,6 +118,8 @@ struct SynthConfig {
 struct PresetInfo {
     std::string name;
     std::string description;
+    // A shape for planning at scale (hundreds of GiB): meant for --header-only, never run.
+    bool for_planning = false;
 };
 
 // All shape presets, for --help and errors.
