@@ -173,6 +173,11 @@ TEST_P(TypeGate, EveryBatchSizeAndArenaMatchesStock) {
                 EXPECT_TRUE(paged.logits == stock[b].logits) << type << ": batch " << b << ", arena " << arena << " B"
                                                              << mode << ": paged logits differ from stock";
                 EXPECT_EQ(paged.after.repacked_matrices > 0, repacked && repack) << type << mode;
+                if (arena != idx.min_arena_bytes) {
+                    // Every expert in its home slot: once a layer's selected experts are all
+                    // resident, it runs stock's own nodes over the slots.
+                    EXPECT_GT(paged.after.whole_layer_chains, 0u) << type << ": batch " << b << mode;
+                }
             }
         }
     }

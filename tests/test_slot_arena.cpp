@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 using namespace epq;
 
 TEST(ArenaPlan, BelowMinimumNamesTheMinimum) {
@@ -69,6 +71,38 @@ TEST(SlotArena, HitMissAndLruEviction) {
     EXPECT_EQ(a.counters().hits, 1u);
     EXPECT_EQ(a.counters().misses, 3u);
     EXPECT_EQ(a.counters().evictions, 1u);
+}
+
+// A pool with a home for each key places every miss there while it is free, whatever order the
+// misses come in; a key without a home, or whose home is taken, gets any free slot.
+TEST(SlotArena, HomeSlotsPlaceExpertsInExpertOrder) {
+    SlotArena a({{100, 8}});
+    a.set_home(0, [](const ExpertKey & k) -> std::optional<uint32_t> {
+        if (k.layer > 1) {
+            return std::nullopt;
+        }
+        return k.layer * 4 + k.expert;
+    });
+    for (const uint32_t e : {3u, 0u, 2u}) {
+        for (const uint32_t layer : {1u, 0u}) {
+            auto x = a.acquire({layer, e}, 0);
+            ASSERT_TRUE(x && !x->hit);
+            EXPECT_EQ(x->ref.slot, layer * 4 + e) << "layer " << layer << " expert " << e;
+            a.loaded(x->ref);
+            a.unpin(x->ref);
+        }
+    }
+    auto stray = a.acquire({7, 0}, 0);  // no home: any free slot
+    ASSERT_TRUE(stray && !stray->hit);
+    a.loaded(stray->ref);
+    a.unpin(stray->ref);
+    std::set<uint32_t> used = {3, 0, 2, 7, 4, 6};
+    EXPECT_EQ(used.count(stray->ref.slot), 0u) << "a homeless key evicted a resident expert";
+    auto y = a.acquire({0, 1}, 0);
+    ASSERT_TRUE(y && !y->hit);
+    EXPECT_NE(y->ref.slot, stray->ref.slot);
+    EXPECT_EQ(a.counters().evictions, 0u);
+    EXPECT_THROW(a.set_home(1, nullptr), Error);
 }
 
 TEST(SlotArena, PinnedSlotsAreNeverEvicted) {

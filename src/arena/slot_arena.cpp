@@ -147,6 +147,28 @@ void SlotArena::set_next_use(NextUse oracle) {
     rerank();
 }
 
+void SlotArena::set_home(uint32_t pool, HomeSlot home) {
+    if (pool >= pools_.size()) {
+        throw Error("internal: home slots for a pool the arena does not have");
+    }
+    pools_[pool].home = std::move(home);
+}
+
+// The key's home slot, if it has one and it is free (empty and unpinned).
+std::optional<SlotRef> SlotArena::take_home(uint32_t pool, const ExpertKey & key) {
+    const Pool & p = pools_[pool];
+    if (!p.home) {
+        return std::nullopt;
+    }
+    const std::optional<uint32_t> h = p.home(key);
+    if (!h || *h >= p.slots.size() || p.slots[*h].queue != Queue::empty) {
+        return std::nullopt;
+    }
+    const SlotRef ref{pool, *h};
+    detach(ref);
+    return ref;
+}
+
 void SlotArena::count_use(const ExpertKey & key) {
     const double now = static_cast<double>(++acquires_) / half_life_;
     auto it = uses_.find(key);
@@ -250,7 +272,10 @@ std::optional<SlotArena::Acquired> SlotArena::acquire(const ExpertKey & key, uin
         got = Acquired{it->second, true};
     } else {
         for (uint32_t p = cls; p < pools_.size() && !got; ++p) {
-            auto victim = take_victim(p);
+            auto victim = p == cls ? take_home(p, key) : std::nullopt;
+            if (!victim) {
+                victim = take_victim(p);
+            }
             if (!victim) {
                 continue;
             }

@@ -102,6 +102,13 @@ public:
     using NextUse = std::function<uint64_t(const ExpertKey &)>;
     void set_next_use(NextUse oracle);
 
+    // A pool that can hold every expert of its class gives each one a fixed home: a miss takes
+    // the key's home slot while it is free. With homes in expert order, layer by layer, every
+    // resident layer's experts sit at one stride from a base slot, the layout of the model's own
+    // expert tensors, so a whole layer can be computed as stock computes it (one MUL_MAT_ID).
+    using HomeSlot = std::function<std::optional<uint32_t>(const ExpertKey &)>;
+    void set_home(uint32_t pool, HomeSlot home);
+
     struct Acquired {
         SlotRef ref;
         bool hit = false;  // false: the caller must fill the slot, then call loaded() or failed()
@@ -148,6 +155,7 @@ private:
         std::vector<Slot> slots;
         std::vector<uint32_t> empty;  // unpinned slots that hold nothing, reused last-in first-out
         std::set<Rank> ranked;        // unpinned slots that hold an expert, in eviction order
+        HomeSlot home;                // set_home
     };
     // lfu: a key's decayed use count c at acquire clock t, kept as log2(c) + t / half-life.
     // Every count decays at the same rate, so this order never changes while a slot waits:
@@ -163,6 +171,7 @@ private:
     void count_use(const ExpertKey & key);
     void rerank();  // recomputes every queued slot's rank after the next uses changed
     std::optional<SlotRef> take_victim(uint32_t pool);
+    std::optional<SlotRef> take_home(uint32_t pool, const ExpertKey & key);
 
     std::vector<PoolSpec> specs_;
     std::vector<Pool> pools_;

@@ -330,8 +330,116 @@ void ChainCompute::build_window(ggml_context * ctx, ggml_cgraph * gf, const std:
     }
 }
 
+bool ChainCompute::compute_whole_layer(const std::vector<ggml_tensor *> & chain,
+                                       const std::vector<const ExpertUse *> & group) {
+    if (store_.faults_planted()) {
+        return false;  // a planted wrong slot must be seen by the path that can take it
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const ggml_tensor * ids = chain.front()->src[2];
+    std::vector<char> selected(store_.n_expert(), 0);
+    int32_t max_e = -1;
+    size_t n_selected = 0;
+    for (int64_t t = 0; t < ids->ne[1]; ++t) {
+        for (int64_t k = 0; k < ids->ne[0]; ++k) {
+            const int32_t e = id_at(ids, k, t);
+            if (e < 0 || static_cast<uint32_t>(e) >= store_.n_expert()) {
+                return false;
+            }
+            n_selected += selected[static_cast<size_t>(e)] == 0;
+            selected[static_cast<size_t>(e)] = 1;
+            max_e = std::max(max_e, e);
+        }
+    }
+    if (n_selected != group.size() || max_e < 0) {
+        return false;
+    }
+    const uint32_t pool = group.front()->ref.pool;
+    const int64_t base = static_cast<int64_t>(group.front()->ref.slot) - group.front()->expert;
+    for (const ExpertUse * u : group) {
+        if (u->ref.pool != pool || static_cast<int64_t>(u->ref.slot) - u->expert != base ||
+            !selected[static_cast<size_t>(u->expert)]) {
+            return false;
+        }
+    }
+    const int64_t n_slots = store_.plan().pools[pool].n_slots;
+    if (base < 0 || base + max_e >= n_slots) {
+        return false;
+    }
+    // ggml gives an expert with enough rows a kernel of its own only over a contiguous weight
+    // (kernel_paths.h), which a view of slots at the slot stride is not: such a chain takes the
+    // windows, where that expert gets a node over just its slot.
+    const std::vector<char> solo = solo_experts(chain, group);
+    if (std::find(solo.begin(), solo.end(), 1) != solo.end()) {
+        return false;
+    }
+    // As many experts in the view as the model's tensor has where the pool reaches that far
+    // (the node stock runs); ggml only needs the ids below it.
+    const int64_t n_view = std::min<int64_t>(store_.n_expert(), n_slots - base);
+    const uint64_t slot_bytes = store_.plan().pools[pool].slot_bytes;
+
+    const size_t n_nodes = chain.size() * (GGML_MAX_SRC + 2) + 8;
+    const size_t mem = n_nodes * ggml_tensor_overhead() + ggml_graph_overhead_custom(n_nodes, false) + 1024;
+    ctx_mem_.resize(std::max(ctx_mem_.size(), mem));
+    ggml_init_params ip{mem, ctx_mem_.data(), true};
+    ggml_context * ctx = ggml_init(ip);
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, n_nodes, false);
+    // A tensor of the same shape over the same bytes, without the graph it came from (so ggml
+    // does not compute its sources again).
+    auto same_bytes = [ctx](const ggml_tensor * t) {
+        ggml_tensor * c = ggml_new_tensor(ctx, t->type, GGML_MAX_DIMS, t->ne);
+        std::memcpy(c->nb, t->nb, sizeof(c->nb));
+        c->data = t->data;
+        return c;
+    };
+    std::unordered_map<const ggml_tensor *, ggml_tensor *> mirror;
+    for (ggml_tensor * c : chain) {
+        ggml_tensor * m = same_bytes(c);
+        m->op = c->op;
+        std::memcpy(m->op_params, c->op_params, sizeof(m->op_params));
+        for (int s = 0; s < GGML_MAX_SRC && c->src[s]; ++s) {
+            const ggml_tensor * src = c->src[s];
+            const MatrixPlacement * mp = nullptr;
+            if (s == 0 && c->op == GGML_OP_MUL_MAT_ID) {
+                store_.layout().find(weight_base(src)->name, &mp);
+                ggml_tensor * wt = ggml_new_tensor_3d(ctx, src->type, src->ne[0], src->ne[1], n_view);
+                wt->data = store_.pool_base(pool) + static_cast<uint64_t>(base) * slot_bytes + mp->slot_offset;
+                wt->nb[2] = slot_bytes;
+                wt->nb[3] = wt->nb[2] * static_cast<size_t>(n_view);
+                store_.repack().tag(wt, *mp);
+                m->src[s] = wt;
+            } else {
+                auto it = mirror.find(src);
+                m->src[s] = it != mirror.end() ? it->second : same_bytes(src);
+            }
+        }
+        mirror[c] = m;
+        ggml_build_forward_expand(gf, m);
+    }
+    const auto t_compute = std::chrono::steady_clock::now();
+    PagerSnapshot & stats = telemetry_.counters();
+    stats.gather_seconds += std::chrono::duration<double>(t_compute - t0).count();
+    work_bytes_ = std::max<uint64_t>(work_bytes_, ggml_graph_plan(gf, n_threads_, nullptr).work_size);
+    const ggml_status st = ggml_backend_graph_compute(cpu_.get(), gf);
+    ++stats.graph_computes;
+    ++stats.whole_layer_chains;
+    ggml_free(ctx);
+    stats.compute_seconds += since(t_compute);
+    if (st != GGML_STATUS_SUCCESS) {
+        throw Error("the CPU expert computation failed (ggml status " + std::to_string(static_cast<int>(st)) + ")");
+    }
+    // The outputs are in place: nothing staged to copy back.
+    for (auto & s : staged_) {
+        s.clear();
+    }
+    return true;
+}
+
 void ChainCompute::compute_group(const std::vector<ggml_tensor *> & chain,
                                  const std::vector<const ExpertUse *> & group) {
+    if (compute_whole_layer(chain, group)) {
+        return;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     PagerSnapshot & stats = telemetry_.counters();
     const uint32_t pool = group.front()->ref.pool;

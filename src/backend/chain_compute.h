@@ -61,6 +61,11 @@ public:
     static uint64_t scratch_bound(const ExpertIndex & index, uint32_t n_batch);
 
 private:
+    // When the group is every expert the chain selects and they sit in expert order at one
+    // stride from a base slot (home slots, expert_store.cpp), computes the chain's own nodes,
+    // as stock builds them, over a 3-D view of the slots: no gather, no scatter, the outputs
+    // written where the graph has them. Returns false (nothing done) otherwise.
+    bool compute_whole_layer(const std::vector<ggml_tensor *> & chain, const std::vector<const ExpertUse *> & group);
     std::vector<char> solo_experts(const std::vector<ggml_tensor *> & chain,
                                    const std::vector<const ExpertUse *> & group) const;
     std::vector<ExpertWindow> plan_windows(const std::vector<ggml_tensor *> & chain,

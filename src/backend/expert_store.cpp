@@ -3,6 +3,8 @@
 #include "util/error.h"
 
 #include <algorithm>
+#include <memory>
+#include <unordered_map>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -48,10 +50,35 @@ ExpertStore::ExpertStore(const ExpertIndex & index, const ExpertStoreOptions & o
     for (const auto & p : plan_.pools) {
         pools_.push_back(Mapping::anonymous(static_cast<size_t>(p.slot_bytes) * p.n_slots, "the expert arena"));
     }
+    set_home_slots();
     faults_ = make_pager_faults();
     telemetry_.counters().direct_io = reader_.direct();
     telemetry_.counters().repacked_matrices = repack_.n_repacked();
     start_populating();  // last, so nothing after it can throw
+}
+
+// A pool with a slot for every expert of its class places them in expert order, layer after
+// layer of that class: see SlotArena::set_home and ChainCompute's whole-layer path.
+void ExpertStore::set_home_slots() {
+    for (uint32_t p = 0; p < plan_.pools.size() && p < layout_.class_experts.size(); ++p) {
+        if (plan_.pools[p].n_slots < layout_.class_experts[p]) {
+            continue;
+        }
+        auto rank = std::make_shared<std::unordered_map<uint32_t, uint32_t>>();
+        for (const auto & l : layout_.layers) {
+            if (l.size_class == p) {
+                rank->emplace(static_cast<uint32_t>(l.layer), static_cast<uint32_t>(rank->size()));
+            }
+        }
+        const uint32_t n_expert = n_expert_;
+        arena_.set_home(p, [rank, n_expert](const ExpertKey & k) -> std::optional<uint32_t> {
+            auto it = rank->find(k.layer);
+            if (it == rank->end() || k.expert >= n_expert) {
+                return std::nullopt;
+            }
+            return it->second * n_expert + k.expert;
+        });
+    }
 }
 
 // Faults the arena's pages in ahead of use, at low priority. A page touched for the first time

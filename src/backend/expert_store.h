@@ -69,6 +69,8 @@ public:
     uint8_t * slot_ptr(SlotRef r) const;
     // The first byte of slot 0 of `pool`: the base of a weight view over the pool's slots.
     uint8_t * pool_base(uint32_t pool) const { return pools_[pool].data(); }
+    // Whether a test-only fault (pager_faults.h) may move or damage slots.
+    bool faults_planted() const { return faults_ != nullptr; }
     // Starts the reads that fill slot `r` with `expert` of `layer`.
     std::shared_ptr<Ticket> load(const LayerLayout & layer, int32_t expert, SlotRef r);
     // Marks slot `r` ready once its read landed (a test build's fault may damage it here).
@@ -97,6 +99,7 @@ public:
     uint64_t resident_experts() const;
 
 private:
+    void set_home_slots();
     void start_populating();
 
     PagerTelemetry & telemetry_;

@@ -35,7 +35,7 @@ nlohmann::json PagerSnapshot::to_json() const {
     j["speculative_reads"] = speculative_reads;
     j["readahead_reads"] = readahead_reads;  // of them, read ahead for prompt ubatches
     j["tokens"] = tokens;
-    j["readahead_used"] = readahead_used;    // of those, selected by the next layer
+    j["readahead_used"] = readahead_used;  // of those, selected by the next layer
     j["speculative_bytes"] = speculative_bytes;
     j["evictions"] = evictions;
     j["hit_rate"] = ratio(double(hits), double(expert_lookups));
@@ -52,6 +52,7 @@ nlohmann::json PagerSnapshot::to_json() const {
     j["missed_expert_bytes"] = missed_expert_bytes;
     j["expert_chains"] = chains;
     j["rereads_within_batch"] = rereads;
+    j["whole_layer_chains"] = whole_layer_chains;           // stock's own nodes over the slots, no gather
     j["solo_expert_nodes"] = solo_experts;                  // experts given their own node to get ggml's kernel choice
     j["repacked_matrices_per_expert"] = repacked_matrices;  // summed over layers; 0 with -nr
     j["pager_scratch_bytes"] = scratch_bytes;               // besides the arena, at its peak

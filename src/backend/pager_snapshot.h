@@ -36,8 +36,11 @@ struct PagerSnapshot {
     uint64_t chains = 0;               // runs of a layer's expert nodes computed expert by expert
     uint64_t rereads = 0;              // an expert read again within the same batch of the same layer
     uint64_t solo_experts = 0;         // expert groups computed in a node of their own (kernel_paths.h)
-    uint64_t repacked_matrices = 0;    // expert matrices per expert held in the repacked layout (0: -nr)
-    double repack_seconds = 0.0;       // rewriting read experts in that layout, summed over read threads
+    // Chains computed as stock computes them: the layer's own nodes over its experts' slots,
+    // which sit in expert order at one stride (see ChainCompute::compute_whole_layer).
+    uint64_t whole_layer_chains = 0;
+    uint64_t repacked_matrices = 0;  // expert matrices per expert held in the repacked layout (0: -nr)
+    double repack_seconds = 0.0;     // rewriting read experts in that layout, summed over read threads
     // Memory the pager holds besides the arena, at its peak: gathered rows, staged outputs, graph
     // contexts and ggml's work buffer for the expert matmuls (which grows and never shrinks).
     uint64_t scratch_bytes = 0;
