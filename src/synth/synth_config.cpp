@@ -96,6 +96,17 @@ std::string family_template(const SynthShape & s, const std::string & preset) {
     return "";
 }
 
+// DeepSeek-V3's trunk, which Kimi-K2 shares: 61 layers of n_embd 7168, top-8 routing over
+// experts of ff 2048 plus one shared, latent attention, sigmoid gating.
+SynthShape terabyte_class_shape(uint32_t n_expert, uint32_t n_dense_lead, uint32_t n_head, float weights_scale) {
+    SynthShape s = deepseek2_shape();
+    s.n_layer = 61, s.n_embd = 7168, s.n_expert = n_expert, s.n_expert_used = 8, s.n_ff_exp = 2048, s.n_ff = 18432;
+    s.n_dense_lead = n_dense_lead, s.n_expert_shared = 1, s.n_head = n_head, s.q_lora_rank = 1536;
+    s.kv_lora_rank = 512, s.sigmoid_gating = true, s.expert_weights_norm = true;
+    s.expert_weights_scale = weights_scale, s.rope_yarn_orig_ctx = 4096;
+    return s;
+}
+
 SynthConfig with(SynthShape s, const char * preset, const char * vocab) {
     SynthConfig c;
     c.preset = preset;
@@ -225,11 +236,8 @@ const std::vector<Preset> & presets() {
          "DeepSeek-V3/R1 shape (~400 GB mixed; use --header-only): 61 layers (the first 3 dense, ff 18432), "
          "n_embd 7168, 256 experts top-8 + 1 shared, expert ff 2048, latent attention, sigmoid routing",
          [] {
-             SynthShape s = deepseek2_shape();
-             s.n_layer = 61, s.n_embd = 7168, s.n_expert = 256, s.n_expert_used = 8, s.n_ff_exp = 2048, s.n_ff = 18432;
-             s.n_dense_lead = 3, s.n_expert_shared = 1, s.n_head = 128, s.q_lora_rank = 1536, s.kv_lora_rank = 512;
-             s.sigmoid_gating = true, s.expert_weights_norm = true, s.expert_weights_scale = 2.5f;
-             s.n_ctx_train = 163840, s.rope_yarn_factor = 40.0f, s.rope_yarn_orig_ctx = 4096;
+             SynthShape s = terabyte_class_shape(256, 3, 128, 2.5f);
+             s.n_ctx_train = 163840, s.rope_yarn_factor = 40.0f;
              return with(s, "deepseek-v3", "deepseek-llm");
          },
          true},
@@ -238,11 +246,8 @@ const std::vector<Preset> & presets() {
          "384 experts top-8 + 1 shared, expert ff 2048, latent attention, sigmoid routing; tokenizer: "
          "DeepSeek's (the pinned tree ships no Kimi vocabulary)",
          [] {
-             SynthShape s = deepseek2_shape();
-             s.n_layer = 61, s.n_embd = 7168, s.n_expert = 384, s.n_expert_used = 8, s.n_ff_exp = 2048, s.n_ff = 18432;
-             s.n_dense_lead = 1, s.n_expert_shared = 1, s.n_head = 64, s.q_lora_rank = 1536, s.kv_lora_rank = 512;
-             s.sigmoid_gating = true, s.expert_weights_norm = true, s.expert_weights_scale = 2.827f;
-             s.n_ctx_train = 131072, s.rope_yarn_factor = 32.0f, s.rope_yarn_orig_ctx = 4096;
+             SynthShape s = terabyte_class_shape(384, 1, 64, 2.827f);
+             s.n_ctx_train = 131072, s.rope_yarn_factor = 32.0f;
              return with(s, "kimi-k2", "deepseek-llm");
          },
          true},
