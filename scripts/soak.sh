@@ -137,7 +137,7 @@ while ((done_steps < steps)); do
   t=${threads[k / 2 % 2]}
   layout=${layouts[k / 4 % 2]}
   layout_flag=()
-  [[ $layout == -nr ]] && layout_flag=(-nr)
+  if [[ $layout == -nr ]]; then layout_flag=(-nr); else layout_flag=(--repack); fi
   config="arena $arena_name, --policy $policy, --prefetch $prefetch, -t $t, ${layout}"
   [[ " ${configs[*]} " == *" $arena_name/$policy/$prefetch/$t/$layout "* ]] || configs+=("$arena_name/$policy/$prefetch/$t/$layout")
 

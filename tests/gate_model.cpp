@@ -16,7 +16,7 @@ GateModel::GateModel(const std::string & path, const GateConfig & cfg) {
         PagedModelOptions po;
         po.arena = std::to_string(cfg.arena);
         po.n_ctx = cfg.n_ctx;
-        po.repack = cfg.repack;
+        po.layout = cfg.repack ? WeightLayout::repacked : WeightLayout::file;
         paged_ = std::make_unique<PagedModel>(path, po);
         so.overrides = paged_->overrides();
     }

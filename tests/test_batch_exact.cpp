@@ -247,6 +247,7 @@ TEST_P(BatchExact, ScriptedMultiSequenceBatchesMatchStock) {
         PagedModelOptions po;
         po.arena = std::to_string(arena);
         po.n_ctx = so.n_ctx;
+        po.layout = WeightLayout::repacked;  // as the stock session above
         PagedModel paged(model, po);
         SessionOptions pso = so;
         pso.overrides = paged.overrides();

@@ -60,7 +60,7 @@ const std::string & model() {
 }
 
 const Generated & stock() {
-    static const Generated g = generate(EPQ_BINARY, {}, model(), {"--no-pager"}, "faults-stock");
+    static const Generated g = generate(EPQ_BINARY, {}, model(), {"--no-pager", "-nr"}, "faults-stock");
     return g;
 }
 

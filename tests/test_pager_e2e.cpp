@@ -8,6 +8,7 @@
 #include "verify/sample_text.h"
 
 #include <gtest/gtest.h>
+#include <map>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -41,40 +42,50 @@ TEST_P(PagerGate, GreedyTokensAndLogitsMatchStockForEveryArenaSize) {
         uint64_t arena;
         bool expect_evictions;
     };
-    // Both weight layouts: stock's default (experts repacked in the arena, where ggml repacks
-    // the presets' Q4_K and MXFP4 experts) against stock's default, and -nr against stock -nr.
-    std::vector<uint8_t> default_logits;
-    for (const std::string mode : {"", "-nr"}) {
-        auto with_mode = [&](std::vector<std::string> a) {
-            if (!mode.empty()) {
-                a.push_back(mode);
-            }
-            return a;
-        };
-        const RunResult stock = run(model, with_mode({"--no-pager"}), GetParam() + "-stock" + mode);
-        ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
-        ASSERT_EQ(stock.stats["generated_tokens"], 64) << "stock stopped early: the comparison would be short";
-        ASSERT_EQ(stock.logits.size(), 64 * sizeof(float) * n_vocab);
-        if (mode.empty()) {
-            default_logits = stock.logits;
-        } else if (GetParam() != "gpt-oss") {
-            // Repacked Q4_K rounds differently, so the gate can tell the layouts apart (gpt-oss's
-            // MXFP4 kernels happen to give the same sums in both layouts on this model).
-            EXPECT_FALSE(stock.logits == default_logits) << "repacking changed no logit: the gate could not tell";
-        }
+    // Both weight layouts, named: --repack (experts repacked in the arena, where ggml repacks the
+    // presets' Q4_K and MXFP4 experts) against stock's default flags, and -nr against stock -nr.
+    std::map<std::string, RunResult> stock;
+    for (const std::string mode : {"--repack", "-nr"}) {
+        const RunResult s = run(model, {"--no-pager", mode}, GetParam() + "-stock" + mode);
+        ASSERT_EQ(s.result.exit_code, 0) << s.result.err;
+        ASSERT_EQ(s.stats["generated_tokens"], 64) << "stock stopped early: the comparison would be short";
+        ASSERT_EQ(s.logits.size(), 64 * sizeof(float) * n_vocab);
+        stock[mode] = s;
+    }
+    if (GetParam() != "gpt-oss") {
+        // Repacked Q4_K rounds differently, so the gate can tell the layouts apart (gpt-oss's
+        // MXFP4 kernels happen to give the same sums in both layouts on this model).
+        EXPECT_FALSE(stock["-nr"].logits == stock["--repack"].logits)
+            << "repacking changed no logit: the gate could not tell";
+    }
+    // Without a layout flag the arena chooses: the file's layout (stock -nr) when it holds part of
+    // the experts, stock's default when it holds them all.
+    for (const std::string mode : {"--repack", "-nr", ""}) {
         for (const Case c : {Case{min, true}, Case{3 * min, true}, Case{idx.expert_bytes * 2, false}}) {
+            if (mode.empty() && c.arena == 3 * min) {
+                continue;  // the same configuration as -nr at that arena
+            }
+            const bool repacked = mode == "--repack" || (mode.empty() && !c.expect_evictions);
+            const RunResult & want = stock[repacked ? "--repack" : "-nr"];
             const std::string tag = GetParam() + "-" + std::to_string(c.arena) + mode;
-            const RunResult paged = run(model, with_mode({"--arena", std::to_string(c.arena)}), tag);
+            std::vector<std::string> args = {"--arena", std::to_string(c.arena)};
+            if (!mode.empty()) {
+                args.push_back(mode);
+            }
+            const RunResult paged = run(model, args, tag);
+            const std::string what = "arena " + std::to_string(c.arena) + " " + (mode.empty() ? "(default)" : mode);
             ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;
-            EXPECT_EQ(paged.result.out, stock.result.out) << "arena " << c.arena << mode << ": generated text differs";
-            EXPECT_TRUE(paged.logits == stock.logits) << "arena " << c.arena << mode << ": logits differ from stock";
+            EXPECT_EQ(paged.result.out, want.result.out) << what << ": generated text differs";
+            EXPECT_TRUE(paged.logits == want.logits)
+                << what << ": logits differ from " << (repacked ? "stock" : "stock -nr");
             EXPECT_TRUE(paged.stats["paged"].get<bool>());
+            EXPECT_EQ(paged.stats["weights_repacked"].get<bool>(), repacked) << what;
             EXPECT_GT(paged.stats["bytes_read"].get<uint64_t>(), 0u);
-            const uint64_t repacked = paged.stats["repacked_matrices_per_expert"].get<uint64_t>();
-            if (mode.empty()) {
-                EXPECT_GT(repacked, 0u) << "the presets' Q4_K/MXFP4 experts were not held repacked";
+            const uint64_t n_repacked = paged.stats["repacked_matrices_per_expert"].get<uint64_t>();
+            if (repacked) {
+                EXPECT_GT(n_repacked, 0u) << what << ": the presets' Q4_K/MXFP4 experts were not held repacked";
             } else {
-                EXPECT_EQ(repacked, 0u) << "-nr repacked experts";
+                EXPECT_EQ(n_repacked, 0u) << what << ": experts repacked in the file's layout";
             }
             if (c.expect_evictions) {
                 EXPECT_GT(paged.stats["evictions"].get<uint64_t>(), 100u) << "arena " << c.arena << " did not evict";
@@ -102,7 +113,8 @@ TEST(PagerGate, MultiTurnChatMatchesStock) {
         CommandResult r = run_epq(args, input);
         return std::make_pair(r, read_file(temp_dir() + "/" + tag + ".logits"));
     };
-    const auto stock = chat({"--no-pager"}, "chat-stock");
+    // At the minimum arena experts stay in the file's layout: stock -nr is the configuration.
+    const auto stock = chat({"--no-pager", "-nr"}, "chat-stock");
     ASSERT_EQ(stock.first.exit_code, 0) << stock.first.err;
     const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
     const auto paged = chat({"--arena", std::to_string(idx.min_arena_bytes)}, "chat-paged");
@@ -131,9 +143,11 @@ TEST(PagerGate, MemoryCappedRunOfAModelSeveralTimesTheCap) {
 
     const std::string logits = temp_dir() + "/capped.logits";
     const CommandResult stock = run_epq({"run", "-m", model, "-p", kPrompt, "-n", "16", "-t", "2", "-b", "32", "-c",
-                                         "512", "--no-pager", "--logits-out", logits});
+                                         "512", "--no-pager", "-nr", "--logits-out", logits});
     ASSERT_EQ(stock.exit_code, 0) << stock.err;
 
+    // Under the cap the arena holds part of the experts, so the run keeps the file's layout and
+    // is identical to stock -nr.
     const std::string memcap = std::string(EPQ_SOURCE_DIR) + "/scripts/memcap.sh";
     const std::string paged_logits = temp_dir() + "/capped-paged.logits";
     const std::string stats = temp_dir() + "/capped-stats.json";
@@ -176,7 +190,7 @@ TEST_P(PagerPrefill, EachExpertIsReadAtMostOncePerUbatch) {
         extra.insert(extra.end(), {"-b", "64"});
         return run(model, extra, tag, prompt, "4");
     };
-    const RunResult stock = go({"--no-pager"}, GetParam() + "-prefill-stock");
+    const RunResult stock = go({"--no-pager", "-nr"}, GetParam() + "-prefill-stock");  // the minimum arena's layout
     ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;
     const RunResult paged = go({"--arena", std::to_string(idx.min_arena_bytes)}, GetParam() + "-prefill-paged");
     ASSERT_EQ(paged.result.exit_code, 0) << paged.result.err;

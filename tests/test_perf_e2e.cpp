@@ -4,6 +4,7 @@
 #include "test_util.h"
 
 #include "bench/serve_bench.h"
+#include "bench/time_bound.h"
 #include "gguf/expert_index.h"
 #include "sim/routing_stats.h"
 #include "arena/trace.h"
@@ -46,7 +47,8 @@ TEST(Prefetch, PredictionChangesNoLogitAndItsAccountingAddsUp) {
         a.insert(a.end(), extra.begin(), extra.end());
         return a;
     };
-    const CommandResult stock = run_epq(args({"--no-pager", "--logits-out", d + "/pf-stock.logits"}));
+    const CommandResult stock =
+        run_epq(args({"--no-pager", "-nr", "--logits-out", d + "/pf-stock.logits"}));  // the partial arena's layout
     ASSERT_EQ(stock.exit_code, 0) << stock.err;
     const CommandResult paged = run_epq(args({"--arena", std::to_string(4 * idx.min_arena_bytes), "--prefetch", "on",
                                               "--logits-out", d + "/pf-paged.logits", "--stats-json", d + "/pf.json"}));
@@ -235,6 +237,14 @@ TEST(Bench, ReportsEveryFigureAsJsonAndAPlot) {
     EXPECT_GT(c["prefill_roofline_tps"].get<double>(), 0.0);
     EXPECT_GT(c["prefill_compute_seconds"].get<double>(), 0.0);
     EXPECT_NE(r.out.find("prefill of"), std::string::npos) << r.out;
+    // Each phase names its bound, one of the four, with the parts behind it.
+    const std::set<std::string> bounds = {"compute", "reads", "repack", "scheduling"};
+    EXPECT_EQ(bounds.count(c["decode_bound"]["name"].get<std::string>()), 1u) << c["decode_bound"];
+    EXPECT_EQ(bounds.count(c["prefill_bound"]["name"].get<std::string>()), 1u) << c["prefill_bound"];
+    EXPECT_GT(c["decode_bound"]["seconds_per_token"].get<double>(), 0.0);
+    EXPECT_NE(r.out.find("decode bound by"), std::string::npos) << r.out;
+    // Uncapped with every expert preloaded, the arena holds them all: stock's default layout.
+    EXPECT_TRUE(c["epq_weights_repacked"].get<bool>());
     EXPECT_EQ(c["epq_runs"].size(), 1u);
     EXPECT_EQ(c["stock_runs"].size(), 1u);
     EXPECT_EQ(c["epq_runs"][0]["generated_tokens"], 8);
@@ -325,4 +335,28 @@ TEST(Bench, StreamsReportEveryConcurrencyAgainstStock) {
         EXPECT_EQ(row["compute_source"], "measured: the same server with every expert preloaded, uncapped");
         EXPECT_GT(row["roofline_tps"].get<double>(), 0.0);
     }
+}
+
+// The bound a benchmark row names, on figures worked out by hand.
+TEST(TimeBound, NamesTheLargestPartOfATokensTime) {
+    // 90 of 100 ms computing with every expert resident: compute.
+    TimeBound b = time_bound({0.100, 0.090, 0.005, 0.0, 0.004});
+    EXPECT_EQ(b.name, "compute");
+    EXPECT_DOUBLE_EQ(b.seconds, 0.090);
+    // 200 ms blocked on reads, 10 of them repacking: reads, 190 ms.
+    b = time_bound({0.300, 0.080, 0.200, 0.010, 0.150});
+    EXPECT_EQ(b.name, "reads");
+    EXPECT_NEAR(b.seconds, 0.190, 1e-12);
+    EXPECT_NE(b.detail.find("the disk's floor: 150.0 ms"), std::string::npos) << b.detail;
+    // Waiting 120 ms of which repacking took 100: repack.
+    b = time_bound({0.200, 0.050, 0.120, 0.100, 0.010});
+    EXPECT_EQ(b.name, "repack");
+    // 230 of 300 ms neither computing nor waiting: scheduling.
+    b = time_bound({0.300, 0.050, 0.020, 0.0, 0.010});
+    EXPECT_EQ(b.name, "scheduling");
+    EXPECT_NEAR(b.seconds, 0.230, 1e-12);
+    // Repack the wait did not cover came out of the compute threads: no negative part.
+    b = time_bound({0.100, 0.080, 0.010, 0.050, 0.005});
+    EXPECT_EQ(b.name, "compute");
+    EXPECT_NE(b.detail.find("scheduling 0.0"), std::string::npos) << b.detail;
 }

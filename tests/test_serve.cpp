@@ -170,10 +170,15 @@ INSTANTIATE_TEST_SUITE_P(Serve, ServeIdentity, ::testing::Values("repacked", "nr
 TEST_P(ServeIdentity, SameAnswersAsStockLlamaServer) {
     std::vector<std::string> flags = {
         "-c", "2048", "-np", "4", "--chat-template-file", llama_template("Qwen-Qwen3-0.6B.jinja")};
+    // "repacked": --repack on both. "nr": stock -nr against epq's default, which at an arena that
+    // holds part of the experts keeps the file's layout and names stock -nr as its configuration.
+    std::vector<std::string> epq_flags = flags;
     if (GetParam() == "nr") {
         flags.push_back("-nr");
+    } else {
+        flags.push_back("--repack");
+        epq_flags.push_back("--repack");
     }
-    std::vector<std::string> epq_flags = flags;
     epq_flags.insert(epq_flags.end(), {"--arena", "6M"});  // a third of the experts: reads on every request
     ServeProcess stock(model(), flags, Server::stock);
     ServeProcess paged(model(), epq_flags);
@@ -243,6 +248,9 @@ TEST_P(ServeIdentity, SameAnswersAsStockLlamaServer) {
     EXPECT_GT(j["pager"]["tokens"].get<uint64_t>(), 0u);
     EXPECT_EQ(j["pager"]["repacked_matrices_per_expert"].get<uint64_t>() > 0, GetParam() == "repacked");
     EXPECT_EQ(paged.stop(), 0) << paged.log();
+    const std::string named = GetParam() == "nr" ? "identical to stock llama.cpp with -nr"
+                                                 : "identical to stock llama.cpp with its default flags";
+    EXPECT_NE(paged.log().find(named), std::string::npos) << paged.log();
     EXPECT_EQ(stock.stop(), 0);
 }
 

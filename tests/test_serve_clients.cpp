@@ -53,9 +53,10 @@ std::vector<std::string> with_tools(std::vector<std::string> flags) {
     return flags;
 }
 
-// epq's own flags on top: an arena of a third of the experts, so that requests read experts.
+// epq's own flags on top: an arena of a third of the experts, so that requests read experts, with
+// the weights held as stock's default flags hold them (the arena would choose the file's layout).
 std::vector<std::string> with_arena(std::vector<std::string> flags) {
-    flags.insert(flags.end(), {"--arena", "6M"});
+    flags.insert(flags.end(), {"--arena", "6M", "--repack"});
     return flags;
 }
 

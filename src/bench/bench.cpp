@@ -1,6 +1,7 @@
 #include "bench/bench.h"
 
 #include "bench/read_floor.h"
+#include "bench/time_bound.h"
 #include "engine/memory_budget.h"
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
@@ -19,9 +20,12 @@
 
 namespace epq {
 
-std::vector<std::string> layout_flags(bool paged, const std::string & cap, bool repack) {
-    if (!repack || (!paged && cap != "none")) {
+std::vector<std::string> layout_flags(bool paged, const std::string & cap, WeightLayout layout) {
+    if (layout == WeightLayout::file || (!paged && cap != "none")) {
         return {"--no-repack"};
+    }
+    if (paged && layout == WeightLayout::repacked) {
+        return {"--repack"};
     }
     return {};
 }
@@ -85,7 +89,7 @@ struct Child {
         } else {
             args.push_back("--no-pager");
         }
-        for (const auto & f : layout_flags(paged, cap, o.repack)) {
+        for (const auto & f : layout_flags(paged, cap, o.layout)) {
             args.push_back(f);
         }
         args.insert(args.end(), extra.begin(), extra.end());
@@ -121,6 +125,9 @@ struct Child {
         f.decode_hit_rate = num(s, "decode_hit_rate");
         f.prefill_seconds = num(s, "prefill_seconds");
         f.prefill_read_bytes = num(s, "prefill_bytes_read");
+        f.decode_repack_seconds = num(s, "decode_repack_seconds");
+        f.prefill_repack_seconds = num(s, "prefill_repack_seconds");
+        f.repacked = !s.contains("weights_repacked") || s["weights_repacked"].get<bool>();
         if (s.contains("prefill_time")) {
             f.prefill_wait_seconds = num(s["prefill_time"], "read_wait_seconds");
         }
@@ -144,6 +151,8 @@ struct CapResult {
     double prefill_compute_s = 0, prefill_read_bytes = 0, prefill_roofline = 0;
     int n_prompt = 0;
     uint64_t arena = 0;
+    bool repacked = true;  // epq's layout in these runs
+    TimeBound decode_bound, prefill_bound;
     // Read floor samples (bytes/s): the first, taken before any run, and one before each of this
     // cap's epq runs, so the floor is measured beside what it bounds (the disk drifts).
     std::vector<double> floor;
@@ -295,6 +304,7 @@ int run_bench(const BenchOptions & o) {
         c.hit_rate = median_of(c.epq, &RunFigures::decode_hit_rate);
         for (const auto & f : c.epq) {
             c.arena = f.ok ? f.arena_bytes : c.arena;
+            c.repacked = f.ok ? f.repacked : c.repacked;
         }
         if (compute_floor > 0) {
             c.compute_s = compute_floor;
@@ -323,6 +333,19 @@ int run_bench(const BenchOptions & o) {
         const double prefill_io_s = c.floor_bw > 0 ? c.prefill_read_bytes / c.floor_bw : 0.0;
         const double prefill_s = std::max(c.prefill_compute_s, prefill_io_s);
         c.prefill_roofline = prefill_s > 0 ? c.n_prompt / prefill_s : 0.0;
+        // The bound each phase sits on, from the medians of its parts.
+        std::vector<RunFigures> parts = c.epq;
+        for (auto & f : parts) {
+            const double n = std::max(1, f.n_decode);
+            f.decode_wait_seconds /= n;
+            f.decode_repack_seconds /= n;
+        }
+        c.decode_bound = time_bound({c.epq_decode > 0 ? 1.0 / c.epq_decode : 0.0, c.compute_s,
+                                     median_of(parts, &RunFigures::decode_wait_seconds),
+                                     median_of(parts, &RunFigures::decode_repack_seconds), io_s});
+        c.prefill_bound = time_bound({median_of(c.epq, &RunFigures::prefill_seconds), c.prefill_compute_s,
+                                      median_of(c.epq, &RunFigures::prefill_wait_seconds),
+                                      median_of(c.epq, &RunFigures::prefill_repack_seconds), prefill_io_s});
         caps.push_back(std::move(c));
     }
 
@@ -333,9 +356,14 @@ int run_bench(const BenchOptions & o) {
            (compute_floor > 0 ? format_number("%.1f ms/token", compute_floor * 1000) + " (" + compute_floor_source + ")"
                               : std::string("per cap (estimated from decode time not spent waiting on reads)")) +
            "\n";
-    out += o.repack ? "layouts: epq repacked where stock's default flags repack; stock with default flags uncapped, "
-                      "-nr under a cap (repacking would copy the model into RAM)\n"
-                    : "layouts: -nr for every run (no repacking)\n";
+    out += o.layout == WeightLayout::file
+               ? "layouts: -nr for every run (no repacking)\n"
+               : std::string(
+                     "layouts: stock with default flags uncapped, -nr under a cap (repacking would copy the model "
+                     "into RAM); epq ") +
+                     (o.layout == WeightLayout::repacked
+                          ? "repacked (--repack) in every run\n"
+                          : "repacked when its arena holds every expert, else the file's layout (stock -nr's)\n");
     char line[512];
     std::snprintf(line, sizeof line, "%-6s %10s %11s %11s %8s %11s %11s %8s %12s %12s %10s %9s\n", "cap", "arena",
                   "epq tok/s", "stock tok/s", "ratio", "epq prefill", "stk prefill", "hit", "missed/tok", "read/tok",
@@ -354,6 +382,18 @@ int run_bench(const BenchOptions & o) {
     out +=
         "roofline tok/s = 1 / max(compute s/token, missed bytes/token / read bandwidth); read/tok counts every "
         "byte read in decode (speculative included), missed/tok the expert bytes of those reads\n";
+    for (const auto & c : caps) {
+        if (c.epq_decode <= 0) {
+            continue;  // no epq run succeeded: the notes below say why
+        }
+        std::snprintf(line, sizeof line, "cap %s: epq's weights %s; decode bound by %s, %.1f ms/token (%s per token)\n",
+                      c.cap.c_str(), c.repacked ? "repacked (stock's default layout)" : "in the file's layout (-nr)",
+                      c.decode_bound.name.c_str(), 1e3 * c.decode_bound.seconds, c.decode_bound.detail.c_str());
+        out += line;
+        std::snprintf(line, sizeof line, "cap %s: prefill bound by %s, %.2f s (%s, in all)\n", c.cap.c_str(),
+                      c.prefill_bound.name.c_str(), c.prefill_bound.seconds, c.prefill_bound.detail.c_str());
+        out += line;
+    }
     for (const auto & c : caps) {
         if (c.prefill_roofline <= 0) {
             continue;
@@ -452,7 +492,16 @@ int run_bench(const BenchOptions & o) {
                 {"prefill_roofline_tps", c.prefill_roofline},
                 {"prefill_compute_seconds", c.prefill_compute_s},
                 {"prefill_read_bytes", c.prefill_read_bytes},
-                {"prefill_fraction_of_roofline", c.prefill_roofline > 0 ? c.epq_prefill / c.prefill_roofline : 0.0}};
+                {"prefill_fraction_of_roofline", c.prefill_roofline > 0 ? c.epq_prefill / c.prefill_roofline : 0.0},
+                {"epq_weights_repacked", c.repacked},
+                {"decode_bound",
+                 {{"name", c.decode_bound.name},
+                  {"seconds_per_token", c.decode_bound.seconds},
+                  {"parts", c.decode_bound.detail}}},
+                {"prefill_bound",
+                 {{"name", c.prefill_bound.name},
+                  {"seconds", c.prefill_bound.seconds},
+                  {"parts", c.prefill_bound.detail}}}};
             for (const auto * runs : {&c.epq, &c.stock}) {
                 nlohmann::json arr = nlohmann::json::array();
                 for (const auto & f : *runs) {

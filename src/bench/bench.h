@@ -3,6 +3,8 @@
 // --no-pager), so each starts with a clean process and, when capped, its own memory cgroup.
 #pragma once
 
+#include "engine/weight_layout.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -27,7 +29,7 @@ struct BenchOptions {
     std::string prefetch = "auto";
     std::string policy = "lfu";
     int read_threads = 4;
-    bool repack = true;  // false: -nr for every run
+    WeightLayout layout = WeightLayout::automatic;  // epq's; --repack / -nr name it for every run
     bool stock = true;
     bool drop_caches = true;  // before each capped run, when allowed (root)
     double read_floor_seconds = 4.0;
@@ -38,9 +40,10 @@ struct BenchOptions {
 
 // The weight-layout flag of a child run. Stock under a memory cap always runs -nr: repacking
 // copies every repackable weight out of the mapping into anonymous memory, so the whole model
-// would have to fit; its best under a cap is mmap without repacking. Otherwise both follow
-// `repack` (stock's default flags, or -nr).
-std::vector<std::string> layout_flags(bool paged, const std::string & cap, bool repack);
+// would have to fit; its best under a cap is mmap without repacking. Uncapped, stock runs its
+// default flags unless -nr is named. epq runs the layout named, or lets its arena choose (the
+// file's layout, stock -nr's, when the arena holds part of the experts).
+std::vector<std::string> layout_flags(bool paged, const std::string & cap, WeightLayout layout);
 
 // One child run's figures, from its --stats-json.
 struct RunFigures {
@@ -54,8 +57,10 @@ struct RunFigures {
     double decode_read_bytes = 0;    // epq: bytes read from the file during decode
     double decode_hit_rate = 0;
     double prefill_seconds = 0;
-    double prefill_wait_seconds = 0;  // epq: prefill time blocked on reads
-    double prefill_read_bytes = 0;    // epq: bytes read from the file during prefill
+    double prefill_wait_seconds = 0;                               // epq: prefill time blocked on reads
+    double prefill_read_bytes = 0;                                 // epq: bytes read from the file during prefill
+    double decode_repack_seconds = 0, prefill_repack_seconds = 0;  // epq: read threads repacking
+    bool repacked = true;                                          // the run's weight layout
     uint64_t arena_bytes = 0;
     uint64_t storage_read_bytes = 0;  // the whole process, from /proc/self/io
     std::string memcap_line;

@@ -149,7 +149,7 @@ struct StreamBench {
                 a.push_back("--preload");
             }
         }
-        for (const auto & f : layout_flags(mode != Mode::stock, mode == Mode::floor ? "none" : cap, o.repack)) {
+        for (const auto & f : layout_flags(mode != Mode::stock, mode == Mode::floor ? "none" : cap, o.layout)) {
             a.push_back(f);
         }
         return a;

@@ -115,6 +115,11 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     needs.other = opts.other_needs;
     const MemoryAvailable mem = available_memory();
 
+    // An arena beyond every expert's slot is never filled.
+    uint64_t all_slots = 0;
+    for (const auto & l : index_.layers) {
+        all_slots += l.slot_bytes * index_.n_expert;
+    }
     uint64_t arena = 0;
     if (opts.arena == "auto") {
         const ArenaSizing s = auto_arena(mem, needs, index_.min_arena_bytes);
@@ -126,15 +131,13 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
             throw Error("--arena expects a size such as 4G or 512M, or 'auto'; got '" + opts.arena + "'");
         }
         arena = *parsed;
-        // An arena beyond every expert's slot is never filled: only that much has to fit.
-        uint64_t all_slots = 0;
-        for (const auto & l : index_.layers) {
-            all_slots += l.slot_bytes * index_.n_expert;
-        }
+        // Only every expert's slots have to fit.
         check_arena_fits(mem, needs, std::min(arena, all_slots),
                          "--arena " + opts.arena + (arena > all_slots ? ", of which every expert takes" : ""));
         arena_reasoning_ = "--arena " + opts.arena;
     }
+
+    repack_ = layout_repacks(opts.layout, arena >= all_slots);
 
     PagerOptions po;
     po.arena_bytes = arena;
@@ -142,7 +145,7 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     po.prefetch = opts.prefetch;
     po.policy = opts.policy;
     po.trace_path = opts.trace_path;
-    po.repack = opts.repack;
+    po.repack = repack_;
     pager_ = std::make_unique<Pager>(path, index_, po);
 
     register_pager_device();
@@ -180,7 +183,7 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     // With repacking on, llama.cpp copies the dense matrices ggml repacks out of the mapping into
     // memory of its own: locking their file pages as well would hold them twice.
     std::vector<std::pair<uint64_t, uint64_t>> copied;
-    if (opts.repack) {
+    if (repack_) {
         for (const auto & t : file.tensors()) {
             // Matrices (stacked experts are 3-D); token_embd is looked up (GET_ROWS), not multiplied.
             if (t.n_dims == 2 && t.name != "token_embd.weight" && stock_repacks_weight(t.type, t.ne[0], t.ne[1])) {

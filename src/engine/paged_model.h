@@ -5,6 +5,7 @@
 
 #include "backend/mmap_policy.h"
 #include "backend/pager.h"
+#include "engine/weight_layout.h"
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
 
@@ -24,7 +25,7 @@ struct PagedModelOptions {
     PrefetchMode prefetch = PrefetchMode::automatic;
     EvictionPolicy policy = EvictionPolicy::lfu;
     std::string trace_path;
-    bool repack = true;     // experts in ggml's repacked layout where stock would (false: -nr)
+    WeightLayout layout = WeightLayout::automatic;
     bool load_mtp = false;  // llama.cpp loads the MTP layers too (MTP speculative decoding)
     // Memory the caller's own parts hold besides the model, the KV cache at n_ctx and the
     // compute buffers (a server's prompt cache, a draft model, ...): the arena leaves it free.
@@ -46,6 +47,9 @@ public:
     const ExpertIndex & index() const { return index_; }
     Pager & pager() { return *pager_; }
     const std::string & arena_reasoning() const { return arena_reasoning_; }
+    // The layout chosen: weights repacked as stock's default flags do (true), or the file's (-nr).
+    // The llama.cpp session must load the dense weights the same way (use_extra_bufts).
+    bool repack() const { return repack_; }
     // Null-terminated, for llama_model_params.tensor_buft_overrides.
     const llama_model_tensor_buft_override * overrides() const { return overrides_.data(); }
     // Call once the model is loaded: returns the dense bytes locked in RAM, and why not all were
@@ -56,6 +60,7 @@ private:
     ExpertIndex index_;
     std::unique_ptr<Pager> pager_;
     std::string arena_reasoning_;
+    bool repack_ = true;
     std::vector<std::string> override_patterns_;  // owned here: overrides_ points into them
     std::vector<llama_model_tensor_buft_override> overrides_;
 };

@@ -1,5 +1,7 @@
 #include "engine/run_report.h"
 
+#include "engine/weight_layout.h"
+
 #include "util/byte_size.h"
 
 #include <algorithm>
@@ -164,6 +166,8 @@ nlohmann::json RunReport::json() const {
     j["storage_read_bytes"] = storage_read_bytes;
     j["threads"] = n_threads;
     j["paged"] = pager.has_value();
+    j["weights_repacked"] = repack;
+    j["identical_to"] = stock_configuration(repack);
     if (pager) {
         const auto & p = *pager;
         const double tokens = gen.n_prompt + gen.n_generated;
@@ -185,6 +189,9 @@ nlohmann::json RunReport::json() const {
             j["decode_missed_expert_bytes"] = p.missed_expert_bytes - a.missed_expert_bytes;
             j["decode_read_wait_seconds"] =
                 (p.wait_seconds - a.wait_seconds) + (p.prefetch_wait_seconds - a.prefetch_wait_seconds);
+            j["decode_repack_seconds"] = p.repack_seconds - a.repack_seconds;
+            j["prefill_repack_seconds"] =
+                a.repack_seconds - (pager_before_prefill ? pager_before_prefill->repack_seconds : 0.0);
             j["decode_hit_rate"] = ratio(double(lookups - std::min(lookups, misses)), double(lookups));
             if (pager_before_prefill) {
                 j["prefill_time"] =

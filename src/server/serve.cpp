@@ -131,6 +131,15 @@ void override_experts(common_params & params, const PagedModel & model) {
     params.tensor_buft_overrides = ot;
 }
 
+// The layout the user named (-nr, --no-repack, --repack, or LLAMA_ARG_REPACK as llama.cpp reads
+// them), or automatic: the arena chooses (weight_layout.h).
+WeightLayout asked_layout(const common_params & params, const std::vector<std::string> & llama_args) {
+    if (!given(llama_args, {"-nr", "--no-repack", "--repack"}, "LLAMA_ARG_REPACK")) {
+        return WeightLayout::automatic;
+    }
+    return params.no_extra_bufts ? WeightLayout::file : WeightLayout::repacked;
+}
+
 // Sets the server's parameters up for paging `params.model.path`. Returns null (the model is
 // served as stock llama-server serves it) when there is nothing to page, saying why in `why`.
 std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags & flags,
@@ -170,13 +179,14 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     po.prefetch = parse_prefetch_mode(flags.prefetch);
     po.policy = parse_run_policy(flags.policy);
     po.trace_path = flags.trace;
-    po.repack = !params.no_extra_bufts;
+    po.layout = asked_layout(params, llama_args);
     po.other_needs = plan.needs;
     // MTP drafting makes llama.cpp load the MTP layers, and with them their experts.
     // (as common_model_params_to_llama decides it).
     po.load_mtp = std::find(params.speculative.types.begin(), params.speculative.types.end(),
                             COMMON_SPECULATIVE_TYPE_DRAFT_MTP) != params.speculative.types.end();
     ps->model = std::make_unique<PagedModel>(params.model.path, po);
+    params.no_extra_bufts = !ps->model->repack();
     // llama-server only sees a failed decode ("Compute error."): the log says why.
     log_pager_errors(true);
     // What llama-server decodes while it loads is its start-up probe (warm-up is off): nothing
@@ -195,9 +205,8 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
         note("llama.cpp's warm-up is off: it runs every expert of every layer once, which would read all " +
              format_bytes(idx.expert_bytes) + " of experts before the first request");
     }
-    note(std::string("experts in ") +
-         (po.repack ? "the repacked layout stock's default flags use" : "the file's layout (-nr)") + "; " +
-         std::to_string(params.n_parallel) + " slots, context " + std::to_string(params.n_ctx) + " tokens");
+    note(layout_line(po.layout, ps->model->repack()) + "; " + std::to_string(params.n_parallel) + " slots, context " +
+         std::to_string(params.n_ctx) + " tokens");
     return ps;
 }
 

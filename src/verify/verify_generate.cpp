@@ -60,9 +60,8 @@ Gen generate(const VerifyOptions & o, int n, int threads, const std::vector<std:
                                      "--logits-out",
                                      logits};
     args.insert(args.end(), mode.begin(), mode.end());
-    if (!o.repack) {
-        args.push_back("--no-repack");
-    }
+    // The layout is named on both sides: a paged run would otherwise choose it with its arena.
+    args.push_back(o.repack ? "--repack" : "--no-repack");
     Gen g;
     const bool paged = std::find(mode.begin(), mode.end(), "--no-pager") == mode.end();
     if (paged && !o.memcap.empty()) {

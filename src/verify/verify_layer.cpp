@@ -177,7 +177,7 @@ CheckReport verify_layer(const VerifyOptions & o) {
     PagedModelOptions po;
     po.arena = std::to_string(idx.min_arena_bytes * 3);
     po.n_ctx = 256;
-    po.repack = o.repack;
+    po.layout = o.repack ? WeightLayout::repacked : WeightLayout::file;
     PagedModel paged(o.model, po);
     MoeCapture cap;
     SessionOptions so;

@@ -88,7 +88,7 @@ CheckReport verify_multitoken(const VerifyOptions & o) {
     PagedModelOptions po;
     po.arena = std::to_string(idx.expert_bytes + idx.expert_bytes / 8 + (64ull << 20));  // every expert resident
     po.n_ctx = 1024;
-    po.repack = o.repack;
+    po.layout = o.repack ? WeightLayout::repacked : WeightLayout::file;
     PagedModel paged(o.model, po);
     const Captures epq = capture_all(o, sizes, paged.overrides());
     paged.loaded();

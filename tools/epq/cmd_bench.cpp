@@ -38,10 +38,15 @@ Handler add_bench(CLI::App & app) {
     sub->add_option("--read-seconds", o->read_floor_seconds, "how long to measure the read floor")
         ->capture_default_str();
     sub->add_flag("!--no-stock", o->stock, "skip the stock runs");
+    auto * nr = sub->add_flag_function(
+        "--no-repack", [o](int64_t) { o->layout = WeightLayout::file; },
+        "(-nr) every run without weight repacking. By default uncapped stock uses its default flags (repacked), "
+        "stock under a cap runs -nr (repacking would copy the model into RAM), and epq repacks when its arena holds "
+        "every expert and keeps the file's layout (stock -nr's) when it does not");
     sub->add_flag_function(
-        "--no-repack", [o](int64_t) { o->repack = false; },
-        "(-nr) every run without weight repacking; by default epq and uncapped stock use stock's default flags "
-        "(repacked), and stock under a cap runs -nr (repacking would copy the model into RAM)");
+           "--repack", [o](int64_t) { o->layout = WeightLayout::repacked; },
+           "epq's runs hold weights repacked as stock's default flags do, whatever the arena")
+        ->excludes(nr);
     sub->add_flag("!--keep-cache", o->drop_caches, "do not drop the page cache before capped runs");
     sub->add_option("--json", o->json_path, "write every figure and run as JSON");
     sub->add_option("--plot", o->plot_path, "draw decode tok/s against the caps to this PNG (gnuplot)");

@@ -17,10 +17,15 @@ namespace epq::cli {
 
 void add_pager_flags(CLI::App & sub, RunOptions & o) {
     sub.add_flag("--no-pager", o.no_pager, "run the file through stock llama.cpp (mmap): the baseline");
-    sub.add_flag("--no-repack", o.no_repack,
-                 "(-nr) keep every weight in the file's layout, as llama.cpp's -nr does: without it, weights of the "
-                 "types ggml has interleaved CPU kernels for are repacked (dense ones by llama.cpp, experts in the "
-                 "arena), as stock llama.cpp does by default");
+    auto * nr = sub.add_flag("--no-repack", o.no_repack,
+                             "(-nr) keep every weight in the file's layout: output identical to stock llama.cpp -nr. "
+                             "Default: repacked where ggml has interleaved kernels for the type (stock's default "
+                             "flags) when the arena holds every expert, the file's layout when it holds part of them "
+                             "(repacking after every read costs the compute threads CPU)");
+    sub.add_flag("--repack", o.repack,
+                 "hold weights repacked as stock llama.cpp's default flags do, whatever the arena: output identical "
+                 "to stock with its default flags")
+        ->excludes(nr);
     sub.add_option("--arena", o.arena,
                    "RAM for experts: a size (4G, 512M) or 'auto' (available memory minus dense weights, KV cache, "
                    "compute buffers, the pager's scratch at -b, and headroom)")
@@ -82,6 +87,8 @@ LoadedModel load_model(const RunOptions & o) {
     so.n_ctx = o.n_ctx;
     so.n_batch = o.n_batch;
     so.n_seq_max = o.n_parallel;
+    // Stock (--no-pager) runs with llama.cpp's default layout unless -nr; a paged run's layout is
+    // chosen with its arena (weight_layout.h).
     so.use_extra_bufts = !o.no_repack;
     m.n_threads = so.n_threads;
     // A model without routed experts has nothing to page: say so and run it as stock does.
@@ -101,7 +108,7 @@ LoadedModel load_model(const RunOptions & o) {
         po.prefetch = parse_prefetch_mode(o.prefetch);
         po.policy = parse_run_policy(o.policy);
         po.trace_path = o.trace;
-        po.repack = !o.no_repack;
+        po.layout = o.no_repack ? WeightLayout::file : o.repack ? WeightLayout::repacked : WeightLayout::automatic;
         m.paged = std::make_unique<PagedModel>(o.model, po);
         const auto & idx = m.paged->index();
         const auto & plan = m.paged->pager().plan();
@@ -117,15 +124,8 @@ LoadedModel load_model(const RunOptions & o) {
                      format_bytes(idx.dense_bytes).c_str(), format_bytes(idx.expert_bytes).c_str(),
                      format_bytes(plan.bytes).c_str(), pools.c_str(),
                      plan.holds_everything ? ": every expert fits" : "", m.paged->arena_reasoning().c_str());
-        if (!plan.holds_everything && m.paged->pager().stats().repacked_matrices > 0) {
-            // Measured on the Qwen3-30B-A3B shape under an 8 GiB cap, 2 threads: decode 9.24 tok/s
-            // in the file's layout against 7.31 repacked (the rewrite after each read takes CPU
-            // the compute threads need); prefill of 64 tokens 3.90 s against 4.61 s.
-            std::fprintf(stderr,
-                         "epq: experts are repacked after each read, as stock's default flags lay them out; with an "
-                         "arena that holds only part of them, -nr (the file's layout, identical to stock -nr) is "
-                         "usually faster\n");
-        }
+        std::fprintf(stderr, "epq: %s\n", layout_line(po.layout, m.paged->repack()).c_str());
+        so.use_extra_bufts = m.paged->repack();
         so.overrides = m.paged->overrides();
     } else {
         if (!o.trace.empty()) {
@@ -137,6 +137,7 @@ LoadedModel load_model(const RunOptions & o) {
                          o.no_repack ? "no repacking" : "weights repacked where ggml can, its default");
         }
     }
+    m.repack = so.use_extra_bufts;
     m.session = std::make_unique<LlamaSession>(o.model, so);
     if (m.paged) {
         const DenseLock lock = m.paged->loaded();
@@ -171,6 +172,7 @@ LoadedModel load_model(const RunOptions & o) {
 void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
     report.load_seconds = m.load_seconds;
     report.n_threads = m.n_threads;
+    report.repack = m.repack;
     report.peak_rss_bytes = peak_rss_bytes();
     report.storage_read_bytes = storage_read_bytes();
     if (m.paged) {

@@ -26,6 +26,7 @@ struct RunOptions {
     SamplingOptions sampling;
     bool no_pager = false;
     bool no_repack = false;  // -nr: weights stay in the file's layout
+    bool repack = false;     // --repack: repacked as stock's default flags, whatever the arena
     std::string arena = "auto";
     int read_threads = 4;
     bool verbose = false;
@@ -53,6 +54,7 @@ struct LoadedModel {
     std::unique_ptr<PagedModel> paged;
     std::unique_ptr<LlamaSession> session;
     int n_threads = 0;
+    bool repack = true;  // the weight layout the run holds (weight_layout.h)
     double load_seconds = 0.0;
     uint64_t dense_locked_bytes = 0;
     uint64_t expert_tensor_bytes = 0;  // what llama.cpp placed in the pager's buffer

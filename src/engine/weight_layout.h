@@ -1,0 +1,35 @@
+// Which layout the weights are held in, and so which stock llama.cpp configuration a run's output
+// is identical to. ggml's CPU backend repacks the matrices of some types into interleaved rows at
+// load (stock's default; -nr turns it off). A repacked matrix is computed by another kernel whose
+// sums round differently, so the layout decides the logits: a paged run must hold every weight as
+// the stock configuration it is compared with does.
+//
+// Repacking an expert costs CPU after every read. When the arena holds every expert each is read
+// and repacked once, and stock's default layout is free; when it holds part of them, experts are
+// read again and again, and the repack competes with the compute threads (30B shape, 8 GiB, 2
+// threads: decode 9.24 tok/s in the file's layout against 7.31 repacked). So by default the arena
+// chooses. Within this tree stock has no flag that keeps experts in the file's layout while it
+// repacks the dense matrices (`-ot exps=CPU` still picks the repack buffer for CPU weights), so
+// the file's layout is stock's -nr for every weight: the one stock configuration it matches.
+#pragma once
+
+#include <string>
+
+namespace epq {
+
+enum class WeightLayout {
+    automatic,  // repacked when the arena holds every expert, the file's otherwise
+    repacked,   // --repack: stock's default flags
+    file,       // -nr / --no-repack: stock -nr
+};
+
+// Whether weights are held repacked for `layout`, given whether the arena holds every expert.
+bool layout_repacks(WeightLayout layout, bool arena_holds_everything);
+
+// The stock llama.cpp configuration a run in this layout is identical to, for messages.
+std::string stock_configuration(bool repack);
+
+// One line for the start of a run: the layout, why, and the stock configuration it matches.
+std::string layout_line(WeightLayout asked, bool repack);
+
+}  // namespace epq
