@@ -6,6 +6,7 @@
 #include "bench/serve_bench.h"
 #include "bench/time_bound.h"
 #include "gguf/expert_index.h"
+#include "sim/cache_sim.h"
 #include "sim/routing_stats.h"
 #include "arena/trace.h"
 
@@ -155,6 +156,28 @@ TEST(Trace, RecordsEveryTokenAndLayerAndSimulateReplaysIt) {
     ASSERT_EQ(shares.exit_code, 0) << shares.err;
     EXPECT_NE(shares.out.find("50.0%"), std::string::npos) << shares.out;
     EXPECT_EQ(run_epq({"simulate", trace, "--arena", "150%"}).exit_code, 1);
+
+    // With prediction on, the trace holds the run's guesses and the simulator replays them: its
+    // speculative reads are the run's within a few (the run's ones race the compute), and the
+    // guessed reads used show as hits.
+    const std::string guessed = d + "/guessed.trace";
+    const CommandResult g = run_epq({"run", "-m", model, "--replay", kText, "--replay-prompt", "20", "-n", "24", "-t",
+                                     "2", "--arena", std::to_string(3 * idx.min_arena_bytes), "--prefetch", "on",
+                                     "--trace", guessed, "--stats-json", d + "/guessed.json"});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    const Trace gt = read_trace(guessed);
+    // A guess for every MoE layer after the first, in each of the 23 decode steps.
+    EXPECT_EQ(gt.guesses.size(), 23u * (idx.layers.size() - 1));
+    const auto gj = read_json(d + "/guessed.json");
+    const SimResult pf = simulate(gt, 3 * idx.min_arena_bytes, SimOptions{EvictionPolicy::lfu, true});
+    const double run_spec = gj["speculative_reads"].get<double>();
+    EXPECT_GT(run_spec, 0.0);
+    EXPECT_NEAR(static_cast<double>(pf.speculative_reads), run_spec, 0.25 * run_spec);
+    EXPECT_GT(pf.speculative_used, 0u);
+    EXPECT_GT(pf.hit_rate, simulate(gt, 3 * idx.min_arena_bytes, EvictionPolicy::lfu).hit_rate);
+    const CommandResult gsim = run_epq({"simulate", guessed, "--arena", std::to_string(3 * idx.min_arena_bytes)});
+    ASSERT_EQ(gsim.exit_code, 0) << gsim.err;
+    EXPECT_NE(gsim.out.find("lfu+prefetch"), std::string::npos) << gsim.out;
 }
 
 TEST(SynthRouting, FlatProfileReusesExpertsOnlyByChance) {

@@ -106,7 +106,7 @@ TEST_F(SimTest, TraceRoundTrip) {
     std::getline(in, l1);
     std::getline(in, l2);
     std::getline(in, l3);
-    EXPECT_EQ(l1, "epq-trace 1");
+    EXPECT_EQ(l1, "epq-trace 2");
     EXPECT_EQ(l2.front(), '{');
     EXPECT_EQ(l3, "0 0 0 " + std::to_string(want[0].experts[0]) + " " + std::to_string(want[0].experts[1]));
 }
@@ -126,7 +126,7 @@ TEST_F(SimTest, MalformedTracesAreRejectedWithTheReason) {
     const std::vector<Case> cases = {
         {"empty", "", "is not an epq routing trace"},
         {"magic", "GGUF\n", "is not an epq routing trace"},
-        {"version", "epq-trace 2\n{}\n", "format 1 only"},
+        {"version", "epq-trace 3\n{}\n", "reads trace formats 1 and 2"},
         {"nojson", "epq-trace 1\n{\"model\": \n", "not valid JSON"},
         {"noheader", "epq-trace 1\n", "header is missing"},
         {"nofield", "epq-trace 1\n{\"model\":\"m\"}\n", "lacks a field"},
@@ -416,6 +416,77 @@ TEST(Simulate, AllRunsEveryPolicyForEverySize) {
         EXPECT_EQ(rs[i].accesses, 6u);
     }
     EXPECT_EQ(rs[3].misses, 4u);  // 800 B holds all 8: only the first uses of 0 1 2 3 miss
+}
+
+TEST_F(SimTest, GuessesRoundTripAndFormatOneStillReads) {
+    const TraceHeader h = header(8, 2, {{100, 16}}, {{0, 0}, {2, 0}});
+    {
+        TraceWriter w(path("g.trace"), h);
+        const int32_t sel[2] = {1, 5};
+        const uint32_t guess[2] = {7, 3};
+        w.record(0, 0, 0, sel, 2);
+        w.record_guess(0, 2, guess, 2);
+        w.record(0, 0, 2, sel, 2);
+    }
+    const Trace t = read_trace(path("g.trace"));
+    ASSERT_EQ(t.records.size(), 2u);
+    ASSERT_EQ(t.guesses.size(), 1u);
+    EXPECT_EQ(t.guesses[0].step, 0u);
+    EXPECT_EQ(t.guesses[0].layer, 2u);
+    EXPECT_EQ(t.guesses[0].experts, (std::vector<uint32_t>{7, 3}));
+    std::ifstream in(path("g.trace"));
+    std::string line;
+    for (int i = 0; i < 4; ++i) {
+        std::getline(in, line);
+    }
+    EXPECT_EQ(line, "g 0 2 7 3");
+    // Format 1 has no guesses: a guess line there is damage, as is a guess of a layer not listed.
+    const std::string v1 = std::string("epq-trace 1\n") + kHeaderLine + "\n0 0 0 1 2\n";
+    EXPECT_EQ(read_trace(write("v1", v1)).records.size(), 1u);
+    EXPECT_NE(error_of([&] { read_trace(write("v1g", v1 + "g 0 2 1 2\n")); }).find("malformed record"),
+              std::string::npos);
+    const std::string v2 = std::string("epq-trace 2\n") + kHeaderLine + "\n0 0 0 1 2\n";
+    EXPECT_NE(error_of([&] { read_trace(write("v2bad", v2 + "g 0 1 1 2\n")); }).find("malformed guess"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { read_trace(write("v2range", v2 + "g 0 2 1 9\n")); }).find("out of range"),
+              std::string::npos);
+}
+
+TEST(Simulate, PrefetchReplaysTheGuessesAsTheRunDoes) {
+    // Two layers, 8 experts, top-1, 100 B each; an arena of 200 B has 2 slots. Layer 0 always
+    // picks expert 0; layer 1 a new expert every step (1, 2, 3, 4). Without prefetch, layer 1
+    // misses every step and layer 0 hits after the first: 3 hits of 8.
+    Trace t;
+    t.header = header(8, 1, {{100, 16}}, {{0, 0}, {1, 0}});
+    for (uint32_t s = 0; s < 4; ++s) {
+        t.records.push_back({s, s, 0, {0}});
+        t.records.push_back({s, s, 1, {s + 1}});
+    }
+    const SimResult plain = simulate(t, 200, EvictionPolicy::lru);
+    EXPECT_EQ(plain.hits, 3u);
+    EXPECT_EQ(plain.speculative_reads, 0u);
+    // Right guesses at steps 1-3 (step 0's is wrong: expert 7): each is read during layer 0 and
+    // layer 1 then hits it. Step 0: L0e0 and L1e1 miss; the wasted guess L1e7 was unpinned
+    // after L0e0, so L1e1 evicts L0e0. Step 1: L0e0 misses (evicts L1e7), the guess L1e2 is
+    // read (evicts L1e1) and hit. Steps 2-3: L0e0 hits, the guess is read and hit. 5 hits of 8,
+    // 4 speculative reads of which 3 were used.
+    t.guesses = {{0, 1, {7}}, {1, 1, {2}}, {2, 1, {3}}, {3, 1, {4}}};
+    SimOptions o;
+    o.policy = EvictionPolicy::lru;
+    o.prefetch = true;
+    const SimResult pf = simulate(t, 200, o);
+    EXPECT_EQ(pf.policy, "lru+prefetch");
+    EXPECT_EQ(pf.accesses, 8u);
+    EXPECT_EQ(pf.hits, 5u);
+    EXPECT_EQ(pf.misses, 3u);
+    EXPECT_EQ(pf.bytes_missed, 300u);
+    EXPECT_EQ(pf.speculative_reads, 4u);
+    EXPECT_EQ(pf.speculative_bytes, 400u);
+    EXPECT_EQ(pf.speculative_used, 3u);
+    // A trace with guesses gets the lfu+prefetch row for every size.
+    const auto rs = simulate_all(t, {200});
+    ASSERT_EQ(rs.size(), 4u);
+    EXPECT_EQ(rs[3].policy, "lfu+prefetch");
 }
 
 TEST(SimReport, ArenaSizesParseAndBadOnesAreNamed) {

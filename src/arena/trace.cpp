@@ -13,13 +13,18 @@ namespace epq {
 
 namespace {
 
-constexpr const char * kMagic = "epq-trace 1";
-constexpr size_t kFlushAt = 1 << 20;  // large writes, rare enough to keep off the hot path
+constexpr const char * kMagic = "epq-trace 2";
+constexpr const char * kMagicV1 = "epq-trace 1";  // the same without guesses
+constexpr size_t kFlushAt = 1 << 20;              // large writes, rare enough to keep off the hot path
 
 void append_number(std::string & out, uint64_t v) {
     char tmp[24];
     const auto r = std::to_chars(tmp, tmp + sizeof tmp, v);
     out.append(tmp, r.ptr);
+}
+
+void append_number(std::string & out, uint32_t v) {
+    append_number(out, static_cast<uint64_t>(v));
 }
 
 void append_number(std::string & out, int32_t v) {
@@ -162,6 +167,21 @@ void TraceWriter::record(uint64_t step, uint64_t token, uint32_t layer, const in
     }
 }
 
+void TraceWriter::record_guess(uint64_t step, uint32_t layer, const uint32_t * experts, size_t n) {
+    buf_ += "g ";
+    append_number(buf_, step);
+    buf_ += ' ';
+    append_number(buf_, layer);
+    for (size_t i = 0; i < n; ++i) {
+        buf_ += ' ';
+        append_number(buf_, experts[i]);
+    }
+    buf_ += '\n';
+    if (buf_.size() >= kFlushAt) {
+        flush();
+    }
+}
+
 void TraceWriter::flush() {
     if (!file_ || buf_.empty()) {
         return;
@@ -180,12 +200,17 @@ Trace read_trace(const std::string & path) {
         throw Error("cannot open the trace '" + path + "': " + std::strerror(errno) + "; check the path");
     }
     std::string line;
-    if (!std::getline(in, line) || (line != kMagic && line != std::string(kMagic) + "\r")) {
+    const bool read = static_cast<bool>(std::getline(in, line));
+    if (read && !line.empty() && line.back() == '\r') {
+        line.pop_back();
+    }
+    if (!read || (line != kMagic && line != kMagicV1)) {
         const bool other_version = line.rfind("epq-trace ", 0) == 0;
         throw Error("'" + path + "' is not an epq routing trace: its first line is '" + line.substr(0, 40) +
                     "', not '" + kMagic + "'" +
-                    (other_version ? "; this epq reads trace format 1 only, record the trace again with it" : ""));
+                    (other_version ? "; this epq reads trace formats 1 and 2, record the trace again with it" : ""));
     }
+    const bool guesses_allowed = line == kMagic;
     const std::string where = "trace '" + path + "' line ";
     if (!std::getline(in, line)) {
         throw Error(where + "2: the header is missing; the trace is damaged, record it again");
@@ -208,6 +233,27 @@ Trace read_trace(const std::string & path) {
             continue;
         }
         const std::string at = where + std::to_string(line_no);
+        if (line[0] == 'g' && guesses_allowed) {
+            if (!split_numbers(line.substr(1), f) || f.size() < 2 || f.size() > 2 + size_t{h.n_expert} || f[0] < 0 ||
+                f[1] < 0 || static_cast<uint64_t>(f[1]) >= known.size() || !known[static_cast<size_t>(f[1])]) {
+                throw Error(at + ": malformed guess '" + line.substr(0, 80) +
+                            "': expected g STEP LAYER and expert ids of a MoE layer the header lists; the trace is "
+                            "damaged, record it again");
+            }
+            TraceGuess g;
+            g.step = static_cast<uint64_t>(f[0]);
+            g.layer = static_cast<uint32_t>(f[1]);
+            for (size_t i = 2; i < f.size(); ++i) {
+                if (f[i] < 0 || f[i] >= h.n_expert) {
+                    throw Error(at + ": guessed expert " + std::to_string(f[i]) +
+                                " is out of range; the trace is "
+                                "damaged, record it again");
+                }
+                g.experts.push_back(static_cast<uint32_t>(f[i]));
+            }
+            t.guesses.push_back(std::move(g));
+            continue;
+        }
         if (!split_numbers(line, f) || f.size() != 3 + size_t{h.n_expert_used} || f[0] < 0 || f[1] < 0 || f[2] < 0) {
             throw Error(at + ": malformed record '" + line.substr(0, 80) + "': expected STEP TOKEN LAYER and " +
                         std::to_string(h.n_expert_used) +

@@ -2,10 +2,14 @@
 // trace is what `epq simulate` replays to compare eviction policies without the model.
 //
 // Format (text, so it can be inspected and cut with the usual tools):
-//   epq-trace 1
+//   epq-trace 2
 //   {"model": ..., "n_expert": N, "n_expert_used": K, "classes": [...], "layers": [...]}
 //   <step> <token> <layer> <e1> ... <eK>        one line per (token, layer)
-// A step is one batch: a decode step has one token, a prompt batch many with the same step.
+//   g <step> <layer> <e1> ... <eK>               the pager's guess of a layer's experts (format 2)
+// A step is one batch: a decode step has one token, a prompt batch many with the same step. A
+// guess is what decode prediction (--prefetch) read ahead for `layer` during the layer before
+// it, in the same step: `epq simulate` replays it as the run did. Format 1 (no guesses) is read
+// too.
 #pragma once
 
 #include "arena/slot_arena.h"
@@ -40,6 +44,7 @@ public:
     TraceWriter & operator=(const TraceWriter &) = delete;
 
     void record(uint64_t step, uint64_t token, uint32_t layer, const int32_t * experts, size_t n);
+    void record_guess(uint64_t step, uint32_t layer, const uint32_t * experts, size_t n);
     // Writes out the buffer; throws epq::Error when the write fails (a full disk).
     void flush();
 
@@ -59,9 +64,16 @@ struct TraceRecord {
     std::vector<uint32_t> experts;
 };
 
+struct TraceGuess {
+    uint64_t step = 0;
+    uint32_t layer = 0;
+    std::vector<uint32_t> experts;
+};
+
 struct Trace {
     TraceHeader header;
     std::vector<TraceRecord> records;
+    std::vector<TraceGuess> guesses;  // in the order they were made
 };
 
 // Reads and checks a whole trace; throws epq::Error naming the file (and line) of any problem.

@@ -72,6 +72,12 @@ void PagerTelemetry::record_routing(size_t li, uint32_t layer_no, const ggml_ten
     }
 }
 
+void PagerTelemetry::record_guess(uint32_t layer_no, const std::vector<uint32_t> & experts) {
+    if (trace_) {
+        trace_->record_guess(trace_step_, layer_no, experts.data(), experts.size());
+    }
+}
+
 void PagerTelemetry::flush_trace() {
     if (trace_) {
         trace_->flush();

@@ -40,6 +40,8 @@ public:
     // Records the router's choice (`ids`: n_expert_used x tokens, I32) for the trace, once per
     // layer and batch.
     void record_routing(size_t li, uint32_t layer_no, const ggml_tensor * ids);
+    // Records decode prediction's guess of model layer `layer_no`'s experts, made in this step.
+    void record_guess(uint32_t layer_no, const std::vector<uint32_t> & experts);
     // Writes out the routing trace; throws epq::Error when the write fails.
     void flush_trace();
 

@@ -67,6 +67,7 @@ void ReadAhead::predict_next(size_t li, const ggml_tensor * x) {
     Pending p;
     p.li = li + 1;
     p.guessed = predictor_->predict(next.layer, static_cast<const float *>(x->data), x->ne[0]);
+    telemetry_.record_guess(static_cast<uint32_t>(next.layer), p.guessed);
     const uint64_t expert_bytes = file_bytes_of_expert(next);
     for (uint32_t e : p.guessed) {
         auto a = arena.acquire({static_cast<uint32_t>(next.layer), e}, next.size_class);

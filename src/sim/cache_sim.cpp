@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 
 namespace epq {
 
@@ -14,7 +15,10 @@ namespace {
 struct Replay {
     std::vector<uint32_t> keys;
     std::vector<size_t> group_end;  // one past the last access of each (step, layer) group
-    std::vector<uint64_t> next;     // per access: where its key is used next (UINT64_MAX: never)
+    // Per group: the guess of the next group's experts made during it (same step, the next
+    // layer), as keys; empty when there was none.
+    std::vector<std::vector<uint32_t>> guess_after;
+    std::vector<uint64_t> next;  // per access: where its key is used next (UINT64_MAX: never)
 };
 
 constexpr uint32_t kNoLayer = UINT32_MAX;
@@ -62,12 +66,31 @@ Replay flatten(const Trace & t, const std::vector<uint32_t> & layer_idx) {
     std::vector<Group> groups;
     std::vector<size_t> group_of(h.layers.size(), SIZE_MAX);
     std::vector<char> seen;  // per group: n_expert flags
+    // Guesses by (step, layer index).
+    std::map<std::pair<uint64_t, uint32_t>, const TraceGuess *> guess_of;
+    for (const TraceGuess & g : t.guesses) {
+        if (g.layer < layer_idx.size() && layer_idx[g.layer] != kNoLayer) {
+            guess_of[{g.step, layer_idx[g.layer]}] = &g;
+        }
+    }
+    uint64_t step = 0;
     auto close_batch = [&]() {
-        for (const Group & g : groups) {
+        for (size_t gi = 0; gi < groups.size(); ++gi) {
+            const Group & g = groups[gi];
             for (uint32_t e : g.experts) {
                 r.keys.push_back(g.layer * h.n_expert + e);
             }
             r.group_end.push_back(r.keys.size());
+            std::vector<uint32_t> guess;
+            if (gi + 1 < groups.size()) {
+                const auto it = guess_of.find({step, groups[gi + 1].layer});
+                if (it != guess_of.end()) {
+                    for (uint32_t e : it->second->experts) {
+                        guess.push_back(groups[gi + 1].layer * h.n_expert + e);
+                    }
+                }
+            }
+            r.guess_after.push_back(std::move(guess));
         }
         groups.clear();
         seen.clear();
@@ -78,6 +101,7 @@ Replay flatten(const Trace & t, const std::vector<uint32_t> & layer_idx) {
         if (i > 0 && rec.step != t.records[i - 1].step) {
             close_batch();
         }
+        step = rec.step;
         if (rec.layer >= layer_idx.size() || layer_idx[rec.layer] == kNoLayer) {
             throw Error("trace record " + std::to_string(i) + " names layer " + std::to_string(rec.layer) +
                         ", which the header does not list; record the trace again");
@@ -115,8 +139,18 @@ Replay flatten(const Trace & t, const std::vector<uint32_t> & layer_idx) {
 }  // namespace
 
 SimResult simulate(const Trace & t, uint64_t arena_bytes, EvictionPolicy p) {
+    SimOptions o;
+    o.policy = p;
+    return simulate(t, arena_bytes, o);
+}
+
+SimResult simulate(const Trace & t, uint64_t arena_bytes, const SimOptions & o) {
     const TraceHeader & h = t.header;
     check(h);
+    const EvictionPolicy p = o.policy;
+    if (p == EvictionPolicy::belady && o.prefetch) {
+        throw Error("internal: belady replays the trace without guesses");
+    }
     const ArenaPlan plan = plan_arena(arena_bytes, h.classes, h.n_expert_used);
     const std::vector<uint32_t> layer_idx = layer_indices(h);
     const Replay r = flatten(t, layer_idx);
@@ -131,43 +165,73 @@ SimResult simulate(const Trace & t, uint64_t arena_bytes, EvictionPolicy p) {
     }
 
     SimResult res;
-    res.policy = policy_name(p);
+    res.policy = std::string(policy_name(p)) + (o.prefetch ? "+prefetch" : "");
     res.arena_bytes = arena_bytes;
-    std::vector<SlotRef> pinned;
-    auto unpin_all = [&]() {
-        for (const SlotRef & ref : pinned) {
+    auto key_of = [&](uint32_t dense_key) {
+        const uint32_t li = dense_key / h.n_expert;
+        return std::make_pair(ExpertKey{h.layers[li].first, dense_key % h.n_expert}, h.layers[li].second);
+    };
+    std::vector<SlotRef> pinned, guess_pins;
+    std::vector<char> speculated(h.layers.size() * size_t{h.n_expert}, 0);  // read by a guess, not yet used
+    auto unpin = [&](std::vector<SlotRef> & refs) {
+        for (const SlotRef & ref : refs) {
             arena.unpin(ref);
         }
-        pinned.clear();
+        refs.clear();
+    };
+    // A guessed expert: pinned until the guessed layer's own experts are pinned; read if missing.
+    auto guess = [&](uint32_t k) {
+        const auto [key, cls] = key_of(k);
+        auto a = arena.acquire(key, cls);
+        if (!a) {
+            return;  // every slot is pinned: the run skips the guess too
+        }
+        if (!a->hit) {
+            arena.loaded(a->ref);
+            ++res.speculative_reads;
+            res.speculative_bytes += h.classes[cls].slot_bytes;
+            speculated[k] = 1;
+        }
+        guess_pins.push_back(a->ref);
     };
     size_t begin = 0;
-    for (size_t end : r.group_end) {
+    for (size_t g = 0; g < r.group_end.size(); ++g) {
+        const size_t end = r.group_end[g];
+        unpin(guess_pins);  // the run settles the guess for this layer before pinning its experts
         for (size_t i = begin; i < end; ++i) {
-            const uint32_t li = r.keys[i] / h.n_expert;
-            const ExpertKey key{h.layers[li].first, r.keys[i] % h.n_expert};
-            const uint32_t cls = h.layers[li].second;
+            const auto [key, cls] = key_of(r.keys[i]);
             auto a = arena.acquire(key, cls);
-            if (!a && !pinned.empty()) {
-                // The arena is full of this group's experts: finish this chunk, go on with the rest.
-                unpin_all();
+            if (!a && !(pinned.empty() && guess_pins.empty())) {
+                // The arena is full of pins: finish this chunk, go on with the rest.
+                unpin(pinned);
+                unpin(guess_pins);
                 a = arena.acquire(key, cls);
             }
             if (!a) {
                 throw Error("internal: the simulated arena cannot pin a single expert");
             }
             next_of[r.keys[i]] = r.next[i];
-            if (!a->hit) {
+            if (a->hit) {
+                ++res.hits;
+                res.speculative_used += speculated[r.keys[i]];
+            } else {
                 arena.loaded(a->ref);
+                ++res.misses;
                 res.bytes_missed += h.classes[cls].slot_bytes;
             }
+            speculated[r.keys[i]] = 0;
             pinned.push_back(a->ref);
         }
-        unpin_all();
+        if (o.prefetch) {
+            for (uint32_t k : r.guess_after[g]) {
+                guess(k);
+            }
+        }
+        unpin(pinned);
         begin = end;
     }
+    unpin(guess_pins);
     res.accesses = r.keys.size();
-    res.hits = arena.counters().hits;
-    res.misses = arena.counters().misses;
     res.hit_rate = res.accesses ? static_cast<double>(res.hits) / static_cast<double>(res.accesses) : 0.0;
     return res;
 }
@@ -177,6 +241,11 @@ std::vector<SimResult> simulate_all(const Trace & t, const std::vector<uint64_t>
     for (uint64_t bytes : arena_sizes) {
         for (EvictionPolicy p : {EvictionPolicy::lru, EvictionPolicy::lfu, EvictionPolicy::belady}) {
             out.push_back(simulate(t, bytes, p));
+        }
+        if (!t.guesses.empty()) {
+            SimOptions o;
+            o.prefetch = true;
+            out.push_back(simulate(t, bytes, o));
         }
     }
     return out;

@@ -117,26 +117,39 @@ std::vector<uint64_t> default_arena_sizes(const TraceHeader & h) {
 
 std::string sim_table(const TraceHeader & h, uint64_t steps, const std::vector<SimResult> & results) {
     std::vector<uint64_t> sizes;
+    bool prefetch = false;
     for (const auto & r : results) {
         if (std::find(sizes.begin(), sizes.end(), r.arena_bytes) == sizes.end()) {
             sizes.push_back(r.arena_bytes);
         }
+        prefetch = prefetch || r.policy == "lfu+prefetch";
     }
     std::string out = "trace of " + h.model + ": " + std::to_string(steps) + " steps, " +
                       std::to_string(results.empty() ? 0 : results.front().accesses) +
                       " expert uses (distinct experts per step and layer)\n";
-    char line[256];
+    char line[320];
     const double experts = static_cast<double>(expert_bytes(h));
-    std::snprintf(line, sizeof line, "%12s %8s  %-23s  %-21s  %s\n", "", "", center("hit rate", 23).c_str(),
+    // With the trace's guesses, "lfu+pf" is lfu as a run with prediction uses it: its hit rate
+    // counts a use of a guessed read as a hit (the run waits less for it), and its GiB read per
+    // step adds the guesses' reads.
+    const char * pf_head = prefetch ? "  %7s %10s %9s" : "%s%s%s";
+    std::snprintf(line, sizeof line, "%12s %8s  %-23s  %-21s  %s", "", "", center("hit rate", 23).c_str(),
                   center("hit rate vs belady", 21).c_str(), center("GiB missed per step", 27).c_str());
     out += line;
-    std::snprintf(line, sizeof line, "%12s %8s  %7s %7s %7s  %10s %10s  %8s %8s %9s\n", "arena", "experts", "lru",
-                  "lfu", "belady", "lru", "lfu", "lru", "lfu", "belady");
+    std::snprintf(line, sizeof line, pf_head, prefetch ? "" : "", prefetch ? center("lfu+prefetch", 10).c_str() : "",
+                  "");
+    out += std::string(line) + "\n";
+    std::snprintf(line, sizeof line, "%12s %8s  %7s %7s %7s  %10s %10s  %8s %8s %9s", "arena", "experts", "lru", "lfu",
+                  "belady", "lru", "lfu", "lru", "lfu", "belady");
     out += line;
+    std::snprintf(line, sizeof line, pf_head, prefetch ? "hit" : "", prefetch ? "vs belady" : "",
+                  prefetch ? "GiB read" : "");
+    out += std::string(line) + "\n";
     for (uint64_t bytes : sizes) {
         const SimResult * lru = find_result(results, bytes, "lru");
         const SimResult * lfu = find_result(results, bytes, "lfu");
         const SimResult * opt = find_result(results, bytes, "belady");
+        const SimResult * pf = find_result(results, bytes, "lfu+prefetch");
         auto rate = [](const SimResult * r) {
             return r ? format_number("%.1f%%", 100.0 * r->hit_rate) : std::string("-");
         };
@@ -147,11 +160,20 @@ std::string sim_table(const TraceHeader & h, uint64_t steps, const std::vector<S
         auto gib = [&](const SimResult * r) {
             return r ? format_number("%.3f", gib_per_step(*r, steps)) : std::string("-");
         };
-        std::snprintf(line, sizeof line, "%12s %8s  %7s %7s %7s  %10s %10s  %8s %8s %9s\n", format_bytes(bytes).c_str(),
+        std::snprintf(line, sizeof line, "%12s %8s  %7s %7s %7s  %10s %10s  %8s %8s %9s", format_bytes(bytes).c_str(),
                       format_number("%.1f%%", experts > 0 ? 100.0 * static_cast<double>(bytes) / experts : 0.0).c_str(),
                       rate(lru).c_str(), rate(lfu).c_str(), rate(opt).c_str(), ratio(lru).c_str(), ratio(lfu).c_str(),
                       gib(lru).c_str(), gib(lfu).c_str(), gib(opt).c_str());
         out += line;
+        if (pf) {
+            const double read = steps ? static_cast<double>(pf->bytes_missed + pf->speculative_bytes) / kGiB /
+                                            static_cast<double>(steps)
+                                      : 0.0;
+            std::snprintf(line, sizeof line, "  %7s %10s %9s", rate(pf).c_str(), ratio(pf).c_str(),
+                          format_number("%.3f", read).c_str());
+            out += line;
+        }
+        out += "\n";
     }
     return out;
 }
@@ -169,6 +191,9 @@ nlohmann::json sim_json(const TraceHeader & h, uint64_t steps, const std::vector
                                 {"misses", r.misses},
                                 {"bytes_missed", r.bytes_missed},
                                 {"hit_rate", r.hit_rate},
+                                {"speculative_reads", r.speculative_reads},
+                                {"speculative_bytes", r.speculative_bytes},
+                                {"speculative_used", r.speculative_used},
                                 {"gib_missed_per_step", gib_per_step(r, steps)}});
     }
     return j;

@@ -48,7 +48,7 @@ Handler add_simulate(CLI::App & app) {
     auto * sub = app.add_subcommand(
         "simulate", "replay a routing trace against arenas of several sizes: lru, lfu and the optimal belady");
     auto o = std::make_shared<SimulateOpts>();
-    sub->add_option("trace", o->trace, "routing trace file ('epq-trace 1') recorded by a run")
+    sub->add_option("trace", o->trace, "routing trace file ('epq-trace' 1 or 2) recorded by a run's --trace")
         ->type_name("TRACE")
         ->required();
     sub->add_option("--arena", o->arena,
