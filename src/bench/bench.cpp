@@ -244,16 +244,27 @@ int run_bench(const BenchOptions & o) {
                  rf.direct ? "O_DIRECT" : "buffered: O_DIRECT unsupported, the page cache may flatter this",
                  o.read_threads * 2);
 
-    // Floor 2: the CPU, every expert resident (only where this machine's RAM can hold them).
-    double compute_floor = 0.0, prefill_compute_floor = 0.0;
-    std::string compute_floor_source;
+    // Floor 2: the CPU, every expert resident (only where this machine's RAM can hold them), in
+    // each layout a row's epq runs use: the kernels differ (an arena that holds every expert
+    // repacks by default, a capped one keeps the file's layout).
+    struct ComputeFloor {
+        double decode = 0.0, prefill = 0.0;  // seconds per token, seconds for the prompt
+    };
+    ComputeFloor floors[2];  // [repacked]
+    const char * compute_floor_source = "measured: epq with every expert preloaded, uncapped, same layout";
     const MemoryAvailable mem = available_memory();
     if (mem.bytes > idx.expert_bytes + idx.dense_bytes + (2ull << 30)) {
-        RunFigures f = child.run("none", true, {"--preload"}, "floor");
-        if (f.ok && f.decode_missed_bytes == 0 && f.n_decode > 0) {
-            compute_floor = f.decode_seconds / f.n_decode;
-            prefill_compute_floor = f.prefill_seconds;
-            compute_floor_source = "measured: epq with every expert preloaded, uncapped";
+        const bool capped =
+            std::any_of(o.memcaps.begin(), o.memcaps.end(), [](const std::string & c) { return c != "none"; });
+        std::vector<std::vector<std::string>> extras = {{"--preload"}};
+        if (capped && o.layout == WeightLayout::automatic) {
+            extras.push_back({"--preload", "--no-repack"});
+        }
+        for (const auto & extra : extras) {
+            RunFigures f = child.run("none", true, extra, extra.size() > 1 ? "floor-nr" : "floor");
+            if (f.ok && f.decode_missed_bytes == 0 && f.n_decode > 0) {
+                floors[f.repacked] = {f.decode_seconds / f.n_decode, f.prefill_seconds};
+            }
         }
     }
 
@@ -306,8 +317,9 @@ int run_bench(const BenchOptions & o) {
             c.arena = f.ok ? f.arena_bytes : c.arena;
             c.repacked = f.ok ? f.repacked : c.repacked;
         }
-        if (compute_floor > 0) {
-            c.compute_s = compute_floor;
+        const ComputeFloor & floor = floors[c.repacked];
+        if (floor.decode > 0) {
+            c.compute_s = floor.decode;
             c.compute_source = compute_floor_source;
         } else {
             c.compute_s = median_of(per_token, &RunFigures::decode_seconds);
@@ -321,8 +333,8 @@ int run_bench(const BenchOptions & o) {
             c.n_prompt = f.ok ? f.n_prompt : c.n_prompt;
         }
         c.prefill_read_bytes = median_of(c.epq, &RunFigures::prefill_read_bytes);
-        if (prefill_compute_floor > 0) {
-            c.prefill_compute_s = prefill_compute_floor;
+        if (floor.prefill > 0) {
+            c.prefill_compute_s = floor.prefill;
         } else {
             std::vector<RunFigures> busy = c.epq;
             for (auto & f : busy) {
@@ -352,9 +364,17 @@ int run_bench(const BenchOptions & o) {
     // The table.
     std::string out = "\nepq bench: " + o.model + " (" + idx.arch + "), " + std::to_string(child.threads) +
                       " threads, medians of " + std::to_string(o.runs) + " interleaved runs\n";
+    std::string compute_floors;
+    for (const bool repacked : {true, false}) {
+        if (floors[repacked].decode > 0) {
+            compute_floors += (compute_floors.empty() ? "" : ", ") +
+                              format_number("%.1f ms/token", floors[repacked].decode * 1000) +
+                              (repacked ? " repacked" : " in the file's layout");
+        }
+    }
     out += "floors: direct expert reads " + format_bytes(static_cast<uint64_t>(bw)) + "/s; compute " +
-           (compute_floor > 0 ? format_number("%.1f ms/token", compute_floor * 1000) + " (" + compute_floor_source + ")"
-                              : std::string("per cap (estimated from decode time not spent waiting on reads)")) +
+           (compute_floors.empty() ? std::string("per cap (estimated from decode time not spent waiting on reads)")
+                                   : compute_floors + " (" + compute_floor_source + ")") +
            "\n";
     out += o.layout == WeightLayout::file
                ? "layouts: -nr for every run (no repacking)\n"
@@ -403,7 +423,8 @@ int run_bench(const BenchOptions & o) {
                       "read %s at the floor %.2f s\n",
                       c.cap.c_str(), c.n_prompt, c.epq_prefill, c.prefill_roofline,
                       100.0 * c.epq_prefill / c.prefill_roofline, c.prefill_compute_s,
-                      prefill_compute_floor > 0 ? "every expert preloaded" : "estimated: prefill not waiting on reads",
+                      floors[c.repacked].prefill > 0 ? "every expert preloaded, same layout"
+                                                     : "estimated: prefill not waiting on reads",
                       format_bytes(static_cast<uint64_t>(c.prefill_read_bytes)).c_str(),
                       c.floor_bw > 0 ? c.prefill_read_bytes / c.floor_bw : 0.0);
         out += line;
@@ -468,7 +489,8 @@ int run_bench(const BenchOptions & o) {
                            {"bytes", rf.bytes},
                            {"seconds", rf.seconds},
                            {"direct", rf.direct}};
-        j["compute_floor_seconds_per_token"] = compute_floor;
+        j["compute_floor_seconds_per_token"] = floors[true].decode > 0 ? floors[true].decode : floors[false].decode;
+        j["compute_floor_file_layout_seconds_per_token"] = floors[false].decode;
         j["routing"] = routing;
         j["caps"] = nlohmann::json::array();
         for (const auto & c : caps) {
