@@ -33,6 +33,16 @@ void append_number(std::string & out, int32_t v) {
     out.append(tmp, r.ptr);
 }
 
+// The expert ids that end a record or a guess line, and the line's end.
+template <class Id>
+void end_line(std::string & out, const Id * experts, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        out += ' ';
+        append_number(out, experts[i]);
+    }
+    out += '\n';
+}
+
 // Ordered, so the header reads in the order the format describes it.
 nlohmann::ordered_json header_json(const TraceHeader & h) {
     nlohmann::ordered_json j;
@@ -157,11 +167,7 @@ void TraceWriter::record(uint64_t step, uint64_t token, uint32_t layer, const in
     append_number(buf_, token);
     buf_ += ' ';
     append_number(buf_, static_cast<uint64_t>(layer));
-    for (size_t i = 0; i < n; ++i) {
-        buf_ += ' ';
-        append_number(buf_, experts[i]);
-    }
-    buf_ += '\n';
+    end_line(buf_, experts, n);
     if (buf_.size() >= kFlushAt) {
         flush();
     }
@@ -172,11 +178,7 @@ void TraceWriter::record_guess(uint64_t step, uint32_t layer, const uint32_t * e
     append_number(buf_, step);
     buf_ += ' ';
     append_number(buf_, layer);
-    for (size_t i = 0; i < n; ++i) {
-        buf_ += ' ';
-        append_number(buf_, experts[i]);
-    }
-    buf_ += '\n';
+    end_line(buf_, experts, n);
     if (buf_.size() >= kFlushAt) {
         flush();
     }
