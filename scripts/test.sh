@@ -127,6 +127,8 @@ asan_tests() {
   asan+='|^Serve\.RouterMode'
   asan+='|^Serve/ServeIdentity\..*/nr '
   asan+='|^Serve\.ExpertReadErrors'
+  asan+='|^Serve\.GatedRequests'
+  asan+='|^StreamGate\.'
   asan+='|^SplitModel\.'
   asan+='|^DownloadedFileMtp\.'
   asan+='|^DownloadedFileScale\.'
@@ -141,7 +143,7 @@ asan_tests() {
 # and llama-server's HTTP threads reading the pager's statistics while it computes).
 # (ctest names parameterized tests "Suite.Test/name  # GetParam() = ...", hence "( |$)".)
 tsan_tests() {
-  local tsan='^(Synth|ReadPool|DirectReader|Mapping|ModelFile)\.|^Pager/PagerPrefill\..*/qwen3moe( |$)'
+  local tsan='^(Synth|ReadPool|DirectReader|Mapping|ModelFile|StreamGate)\.|^Pager/PagerPrefill\..*/qwen3moe( |$)'
   tsan+='|^Faults/IoFaults\..*/(eio_once|short_reads)( |$)'
   tsan+='|^Serve\.PagerViewBeside'
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \

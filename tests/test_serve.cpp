@@ -18,6 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -179,7 +182,9 @@ TEST_P(ServeIdentity, SameAnswersAsStockLlamaServer) {
         flags.push_back("--repack");
         epq_flags.push_back("--repack");
     }
-    epq_flags.insert(epq_flags.end(), {"--arena", "6M"});  // a third of the experts: reads on every request
+    // A third of the experts: reads on every request. Every slot generates at once, as in stock
+    // (Serve.GatedRequestsEachGetStocksAnswerAlone covers the gate that would otherwise hold three back).
+    epq_flags.insert(epq_flags.end(), {"--arena", "6M"});
     ServeProcess stock(model(), flags, Server::stock);
     ServeProcess paged(model(), epq_flags);
 
@@ -251,6 +256,98 @@ TEST_P(ServeIdentity, SameAnswersAsStockLlamaServer) {
     const std::string named = GetParam() == "nr" ? "identical to stock llama.cpp with -nr"
                                                  : "identical to stock llama.cpp with its default flags";
     EXPECT_NE(paged.log().find(named), std::string::npos) << paged.log();
+    EXPECT_EQ(stock.stop(), 0);
+}
+
+// Under a cap the arena holds the working experts of fewer streams than there are slots: epq
+// serve lets that many requests generate at once and queues the rest in arrival order
+// (sched/stream_gate.h). Each answer is then stock's answer to the request alone, for every API
+// and streamed or not, and the counters show the queue.
+TEST(Serve, GatedRequestsEachGetStocksAnswerAlone) {
+    const std::vector<std::string> flags = {
+        "-c", "2048", "-np", "4", "--chat-template-file", llama_template("Qwen-Qwen3-0.6B.jinja"), "-nr"};
+    ServeProcess stock(model(), flags, Server::stock);
+    std::vector<std::string> epq_flags = flags;
+    epq_flags.insert(epq_flags.end(), {"--arena", "6M"});
+    ServeProcess paged(model(), epq_flags);
+    EXPECT_NE(paged.log().find("decode streams: 1 of 4 slots generate at once"), std::string::npos) << paged.log();
+
+    const std::vector<std::pair<std::string, json>> bodies = {
+        {"/v1/chat/completions",
+         {{"messages", {{{"role", "user"}, {"content", "Count to 5"}}}}, {"max_tokens", 32}, {"temperature", 0}}},
+        {"/v1/chat/completions",
+         {{"messages", {{{"role", "user"}, {"content", "Count to 7"}}}},
+          {"max_tokens", 32},
+          {"temperature", 0.8},
+          {"seed", 3},
+          {"stream", true}}},
+        {"/v1/responses", {{"input", "Say hello."}, {"max_output_tokens", 32}, {"temperature", 0}, {"stream", true}}},
+        {"/completion", {{"prompt", "Once upon a time"}, {"n_predict", 32}, {"temperature", 0}}},
+        {"/v1/messages",
+         {{"model", "m"}, {"max_tokens", 32}, {"messages", kUser}, {"temperature", 0}, {"stream", true}}},
+    };
+    // Which slot answers, and how much of a prompt its cache held, depend on what ran before.
+    std::function<json(json)> text_of = [&](json a) {
+        if (a.is_object()) {
+            for (const char * k : {"usage", "id_slot", "tokens_cached", "tokens_evaluated"}) {
+                a.erase(k);
+            }
+            for (auto & [k, v] : a.items()) {
+                v = text_of(v);
+            }
+        } else if (a.is_array()) {
+            for (auto & v : a) {
+                v = text_of(v);
+            }
+        }
+        return a;
+    };
+    std::vector<json> alone;
+    for (const auto & [path, body] : bodies) {
+        alone.push_back(text_of(answer_of(post_raw(stock.port(), path, body))));
+    }
+    // While they run, llama-server's own /slots must never show more than one slot busy.
+    std::atomic<bool> done{false};
+    std::atomic<int> most_busy{0};
+    std::thread poll([&] {
+        httplib::Client pc("127.0.0.1", paged.port());
+        while (!done) {
+            const auto sl = pc.Get("/slots");
+            const json slots = json::parse(sl && sl->status == 200 ? sl->body : "[]", nullptr, false);
+            int busy = 0;
+            for (const auto & slot : slots) {
+                busy += slot.value("is_processing", false) ? 1 : 0;
+            }
+            most_busy = std::max(most_busy.load(), busy);
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    });
+    std::vector<std::future<json>> f;
+    for (const auto & [path, body] : bodies) {
+        const int port = paged.port();
+        f.push_back(std::async(std::launch::async,
+                               [port, path = path, body = body] { return answer_of(post_raw(port, path, body)); }));
+    }
+    for (size_t i = 0; i < bodies.size(); ++i) {
+        const json a = text_of(f[i].get());
+        EXPECT_EQ(a["status"], 200) << a.dump();
+        EXPECT_EQ(a, alone[i]) << bodies[i].first << " " << bodies[i].second.dump();
+    }
+    done = true;
+    poll.join();
+    EXPECT_EQ(most_busy.load(), 1) << "slots busy at once";
+    httplib::Client c("127.0.0.1", paged.port());
+    const json j = json::parse(c.Get("/epq/stats")->body);
+    const json & g = j["decode_streams"];
+    EXPECT_EQ(g["capacity"], 1);
+    EXPECT_EQ(g["admitted"], bodies.size());
+    EXPECT_GE(g["waited"].get<int>(), 1) << "five requests sent at once, one place: some must have waited";
+    EXPECT_EQ(g["generating"], 0);
+    EXPECT_EQ(g["waiting"], 0);
+    const auto m = c.Get("/epq/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_NE(m->body.find("\nepq:requests_waited_total "), std::string::npos) << m->body;
+    EXPECT_EQ(paged.stop(), 0) << paged.log();
     EXPECT_EQ(stock.stop(), 0);
 }
 

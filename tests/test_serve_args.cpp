@@ -30,6 +30,11 @@ TEST(ServeArgs, BadPagerFlagsSayWhich) {
     EXPECT_THROW(split_serve_args({"--read-threads", "0"}), Error);
     EXPECT_THROW(split_serve_args({"--read-threads", "many"}), Error);
     EXPECT_THROW(split_serve_args({"--preload=yes"}), Error);
+    EXPECT_THROW(split_serve_args({"--decode-streams", "0"}), Error);
+    EXPECT_THROW(split_serve_args({"--decode-streams", "some"}), Error);
+    EXPECT_EQ(split_serve_args({"--decode-streams", "3"}).pager.decode_streams, 3);
+    EXPECT_EQ(split_serve_args({"--decode-streams=auto"}).pager.decode_streams, 0);
+    EXPECT_EQ(split_serve_args({"--decode-streams", "all"}).pager.decode_streams, kAllDecodeStreams);
     try {
         split_serve_args({"--policy"});
         FAIL();

@@ -35,7 +35,8 @@ struct BenchOptions {
     double read_floor_seconds = 4.0;
     std::string json_path;
     std::string plot_path;
-    std::vector<int> streams;  // non-empty: the concurrency benchmark of epq serve (serve_bench.h)
+    std::vector<int> streams;    // non-empty: the concurrency benchmark of epq serve (serve_bench.h)
+    std::string decode_streams;  // epq serve's --decode-streams ("": its default)
 };
 
 // The weight-layout flag of a child run. Stock under a memory cap always runs -nr: repacking

@@ -42,12 +42,9 @@ struct Counters {
 
 Counters counters_of(const std::string & text) {
     static const std::pair<const char *, double Counters::*> kNames[] = {
-        {"llamacpp:n_decode_total", &Counters::steps},
-        {"epq:missed_expert_bytes_total", &Counters::missed},
-        {"epq:bytes_read_total", &Counters::read},
-        {"epq:read_wait_seconds_total", &Counters::wait},
-        {"epq:arena_hits_total", &Counters::hits},
-        {"epq:arena_misses_total", &Counters::misses},
+        {"llamacpp:n_decode_total", &Counters::steps}, {"epq:missed_expert_bytes_total", &Counters::missed},
+        {"epq:bytes_read_total", &Counters::read},     {"epq:read_wait_seconds_total", &Counters::wait},
+        {"epq:arena_hits_total", &Counters::hits},     {"epq:arena_misses_total", &Counters::misses},
         {"epq:arena_bytes", &Counters::arena}};
     Counters c;
     for (const auto & [name, v] : parse_metrics_text(text)) {
@@ -129,16 +126,24 @@ struct StreamBench {
     int threads;
     bool dropped_ok = true;
 
-    std::vector<std::string> server_args(const std::string & cap, int n, Mode mode) const {
+    // `generating`: for the floor, the streams the capped epq run let generate at once, so that its
+    // step holds as many tokens as the steps it bounds.
+    std::vector<std::string> server_args(const std::string & cap, int n, Mode mode, int generating) const {
         std::vector<std::string> a;
         if (cap != "none") {
             a = {source_file("scripts/memcap.sh"), cap, "--"};
         }
         // The server's own prompt cache and warm-up stay as llama-server has them; -np slots in one
         // KV cache of n x -c tokens.
-        a.insert(a.end(), {o.self_exe, "serve", "-m", o.model, "--host", "127.0.0.1", "--port", "0", "-np",
-                           std::to_string(n), "-c", std::to_string(o.n_ctx * static_cast<uint32_t>(n)), "-b",
-                           std::to_string(o.n_batch), "-ub", std::to_string(o.n_batch), "-t", std::to_string(threads),
+        a.insert(a.end(), {o.self_exe,  "serve",
+                           "-m",        o.model,
+                           "--host",    "127.0.0.1",
+                           "--port",    "0",
+                           "-np",       std::to_string(n),
+                           "-c",        std::to_string(o.n_ctx * static_cast<uint32_t>(n)),
+                           "-b",        std::to_string(o.n_batch),
+                           "-ub",       std::to_string(o.n_batch),
+                           "-t",        std::to_string(threads),
                            "--metrics", "--no-webui"});
         if (mode == Mode::stock) {
             a.push_back("--no-pager");
@@ -146,7 +151,9 @@ struct StreamBench {
             a.insert(a.end(), {"--arena", mode == Mode::floor ? std::string("auto") : o.arena, "--prefetch", o.prefetch,
                                "--policy", o.policy, "--read-threads", std::to_string(o.read_threads)});
             if (mode == Mode::floor) {
-                a.push_back("--preload");
+                a.insert(a.end(), {"--preload", "--decode-streams", std::to_string(generating)});
+            } else if (!o.decode_streams.empty()) {
+                a.insert(a.end(), {"--decode-streams", o.decode_streams});
             }
         }
         for (const auto & f : layout_flags(mode != Mode::stock, mode == Mode::floor ? "none" : cap, o.layout)) {
@@ -155,7 +162,7 @@ struct StreamBench {
         return a;
     }
 
-    StreamRun run(const std::string & cap, int n, Mode mode, const std::string & tag) {
+    StreamRun run(const std::string & cap, int n, Mode mode, const std::string & tag, int generating = 0) {
         StreamRun r;
         r.streams = n;
         if (cap != "none" && o.drop_caches) {
@@ -163,7 +170,8 @@ struct StreamBench {
         }
         std::fprintf(stderr, "epq bench: %s, %d stream%s, cap %s ...\n", mode_name(mode), n, n == 1 ? "" : "s",
                      cap.c_str());
-        BackgroundProcess p(server_args(cap, n, mode), scratch_dir() + "/" + tag + ".err");
+        BackgroundProcess p(server_args(cap, n, mode, generating > 0 ? generating : n),
+                            scratch_dir() + "/" + tag + ".err");
         const auto fail = [&](const std::string & why) {
             r.error = why;
             p.stop(30);
@@ -187,6 +195,16 @@ struct StreamBench {
             return fail("the replay text has " + std::to_string(tokens.size()) + " tokens, fewer than --replay-prompt");
         }
 
+        // How many of the n the server lets generate at once (epq serve's stream gate).
+        r.generating = n;
+        if (mode != Mode::stock) {
+            const auto st = cli.Get("/epq/stats");
+            const json sj = json::parse(st && st->status == 200 ? st->body : "{}", nullptr, false);
+            const json * gate = sj.is_object() && sj.contains("decode_streams") ? &sj["decode_streams"] : nullptr;
+            if (gate && gate->is_object()) {
+                r.generating = std::min(n, gate->value("capacity", n));
+            }
+        }
         // Every stream its own stretch of the text (no prompt cache shared between them).
         Progress pr;
         r.ttft_seconds.assign(static_cast<size_t>(n), 0.0);
@@ -214,8 +232,8 @@ struct StreamBench {
             const auto sl = cli.Get("/slots");
             const auto m = cli.Get("/metrics");
             const auto pm = cli.Get("/epq/metrics");
-            Counters c = counters_of((m && m->status == 200 ? m->body : "") + "\n" +
-                                     (pm && pm->status == 200 ? pm->body : ""));
+            Counters c =
+                counters_of((m && m->status == 200 ? m->body : "") + "\n" + (pm && pm->status == 200 ? pm->body : ""));
             c.seconds = seconds_since(t_start);
             const json slots = json::parse(sl && sl->status == 200 ? sl->body : "[]", nullptr, false);
             if (slots.is_array()) {
@@ -232,7 +250,7 @@ struct StreamBench {
         Counters a, b;
         {
             std::unique_lock<std::mutex> lk(pr.mu);
-            pr.cv.wait(lk, [&] { return pr.first_tokens == n || pr.finished > 0; });
+            pr.cv.wait(lk, [&] { return pr.first_tokens >= r.generating || pr.finished > 0; });
         }
         a = sample();
         {
@@ -243,6 +261,8 @@ struct StreamBench {
         for (auto & t : clients) {
             t.join();
         }
+        r.all_seconds = seconds_since(t_start);
+        r.end_to_end_tps = static_cast<double>(n) * n_predict / r.all_seconds;
         if (!pr.error.empty()) {
             return fail(pr.error);
         }
@@ -273,8 +293,11 @@ struct StreamBench {
         const double lookups = (b.hits - a.hits) + (b.misses - a.misses);
         r.hit_rate = lookups > 0 ? (b.hits - a.hits) / lookups : 0.0;
         r.arena_bytes = static_cast<uint64_t>(b.arena);
-        std::fprintf(stderr, "epq bench:   %.2f tok/s over %.0f steps, TTFT p50 %.2f s\n", r.decode_tps, r.steps,
-                     percentile(r.ttft_seconds, 50));
+        std::fprintf(stderr,
+                     "epq bench:   %.2f tok/s over %.0f steps (%d generating), TTFT p50 %.2f s; all %d done in %.1f s "
+                     "(%.2f tok/s end to end)\n",
+                     r.decode_tps, r.steps, r.generating, percentile(r.ttft_seconds, 50), n, r.all_seconds,
+                     r.end_to_end_tps);
         return r;
     }
 };
@@ -304,12 +327,15 @@ StreamRun median_run(const std::vector<StreamRun> & runs) {
     m.ok = true;
     m.error.clear();
     m.streams = ok.front()->streams;
+    m.generating = ok.front()->generating;
     m.memcap_line = ok.back()->memcap_line;
     m.arena_bytes = ok.back()->arena_bytes;
     for (const auto * r : ok) {
         m.ttft_seconds.insert(m.ttft_seconds.end(), r->ttft_seconds.begin(), r->ttft_seconds.end());
     }
     m.decode_tps = med(&StreamRun::decode_tps);
+    m.all_seconds = med(&StreamRun::all_seconds);
+    m.end_to_end_tps = med(&StreamRun::end_to_end_tps);
     m.steps = med(&StreamRun::steps);
     m.step_seconds = med(&StreamRun::step_seconds);
     m.wait_per_step = med(&StreamRun::wait_per_step);
@@ -324,7 +350,10 @@ json run_json(const StreamRun & r) {
         return {{"error", r.error}, {"memcap", r.memcap_line}};
     }
     return {{"streams", r.streams},
+            {"generating", r.generating},
             {"decode_tps", r.decode_tps},
+            {"all_seconds", r.all_seconds},
+            {"end_to_end_tps", r.end_to_end_tps},
             {"ttft_seconds", r.ttft_seconds},
             {"steps", r.steps},
             {"step_seconds", r.step_seconds},
@@ -442,15 +471,17 @@ int run_stream_bench(const BenchOptions & o) {
             for (int k = 0; k < o.runs; ++k) {
                 // Interleaved, so drift of the machine hits all three alike.
                 const std::string tag = cap + "-" + std::to_string(n) + "-" + std::to_string(k);
-                if (can_floor) {
-                    row.floor_runs.push_back(bench.run("none", n, Mode::floor, "floor-" + tag));
-                }
                 if (cap != "none") {
                     row.floors.push_back(
                         measure_expert_reads(o.model, idx, o.read_threads, o.read_floor_seconds / 2, 2 + k)
                             .bytes_per_second());
                 }
                 row.epq_runs.push_back(bench.run(cap, n, Mode::epq, "epq-" + tag));
+                // After the epq run: its floor decodes as many streams at once as it did.
+                if (can_floor) {
+                    row.floor_runs.push_back(
+                        bench.run("none", n, Mode::floor, "floor-" + tag, row.epq_runs.back().generating));
+                }
                 if (o.stock) {
                     row.stock_runs.push_back(bench.run(cap, n, Mode::stock, "stock-" + tag));
                 }
@@ -469,7 +500,8 @@ int run_stream_bench(const BenchOptions & o) {
             row.floor_bw = median(row.floors);
             row.io_step = row.floor_bw > 0 && row.epq.ok ? row.epq.missed_per_step / row.floor_bw : 0.0;
             const double step = std::max(row.compute_step, row.io_step);
-            row.roofline = step > 0 ? n / step : 0.0;
+            // The streams a step decodes: those the server lets generate at once.
+            row.roofline = step > 0 && row.epq.ok ? row.epq.generating / step : 0.0;
             rows.push_back(row);
         }
     }
@@ -482,9 +514,9 @@ int run_stream_bench(const BenchOptions & o) {
                       : std::string("estimated (RAM cannot hold every expert)")) +
            "\n";
     char line[512];
-    std::snprintf(line, sizeof line, "%-6s %7s %10s %10s %11s %7s %15s %15s %7s %12s %11s %10s %8s\n", "cap", "streams",
-                  "arena", "epq tok/s", "stock tok/s", "ratio", "epq TTFT p50/95", "stk TTFT p50/95", "hit",
-                  "missed/step", "compute/st", "roofline", "of roof");
+    std::snprintf(line, sizeof line, "%-6s %7s %5s %10s %10s %11s %7s %10s %10s %15s %15s %7s %12s %11s %10s %8s\n",
+                  "cap", "streams", "gen", "arena", "epq tok/s", "stock tok/s", "ratio", "epq e2e", "stock e2e",
+                  "epq TTFT p50/95", "stk TTFT p50/95", "hit", "missed/step", "compute/st", "roofline", "of roof");
     out += line;
     for (const auto & r : rows) {
         const std::string e_ttft = r.epq.ok ? format_number("%.2f", percentile(r.epq.ttft_seconds, 50)) + "/" +
@@ -494,16 +526,21 @@ int run_stream_bench(const BenchOptions & o) {
                                                     format_number("%.2f", percentile(r.stock.ttft_seconds, 95)) + " s"
                                               : (o.stock ? "failed" : "-");
         std::snprintf(
-            line, sizeof line, "%-6s %7d %10s %10.2f %11.2f %6.1fx %15s %15s %6.1f%% %12s %8.1f ms %10.2f %7.0f%%\n",
-            r.cap.c_str(), r.n, format_bytes(r.epq.arena_bytes).c_str(), r.epq.decode_tps, r.stock.decode_tps,
-            r.stock.decode_tps > 0 ? r.epq.decode_tps / r.stock.decode_tps : 0.0, e_ttft.c_str(), s_ttft.c_str(),
-            100.0 * r.epq.hit_rate, format_bytes(static_cast<uint64_t>(r.epq.missed_per_step)).c_str(),
-            1000.0 * r.compute_step, r.roofline, r.roofline > 0 ? 100.0 * r.epq.decode_tps / r.roofline : 0.0);
+            line, sizeof line,
+            "%-6s %7d %5d %10s %10.2f %11.2f %6.1fx %10.2f %10.2f %15s %15s %6.1f%% %12s %8.1f ms %10.2f %7.0f%%\n",
+            r.cap.c_str(), r.n, r.epq.generating, format_bytes(r.epq.arena_bytes).c_str(), r.epq.decode_tps,
+            r.stock.decode_tps, r.stock.decode_tps > 0 ? r.epq.decode_tps / r.stock.decode_tps : 0.0,
+            r.epq.end_to_end_tps, r.stock.end_to_end_tps, e_ttft.c_str(), s_ttft.c_str(), 100.0 * r.epq.hit_rate,
+            format_bytes(static_cast<uint64_t>(r.epq.missed_per_step)).c_str(), 1000.0 * r.compute_step, r.roofline,
+            r.roofline > 0 ? 100.0 * r.epq.decode_tps / r.roofline : 0.0);
         out += line;
     }
     out +=
-        "tok/s: tokens of all streams per second of decode steps while every stream decodes (server counters); "
-        "roofline = streams / max(compute s/step, missed expert bytes/step / read bandwidth)\n";
+        "tok/s: tokens of all streams per second of decode steps while every generating stream decodes (server "
+        "counters); gen: the streams epq serve lets generate at once (--decode-streams), the rest wait; e2e: every "
+        "stream's tokens / the time from the requests sent to the last one done (prompts and waits included; stock "
+        "generates fewer tokens per stream); roofline = generating streams / max(compute s/step, missed expert "
+        "bytes/step / read bandwidth)\n";
     // The floor beside the runs it bounds; a run that beats its roofline shows the floor is wrong.
     for (const auto & r : rows) {
         if (r.cap == "none") {

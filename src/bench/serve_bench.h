@@ -6,8 +6,9 @@
 //
 // Each server is a child process (under scripts/memcap.sh when capped), driven over loopback
 // HTTP like any client; decode figures come from the server's own /metrics counters, sampled
-// once every stream has its first token and again when the first stream ends, so the window
-// holds only decode steps of all N streams.
+// once every stream the server lets generate at once has its first token and again when the first
+// stream ends, so the window holds only decode steps of those streams (all N, unless epq serve's
+// --decode-streams holds some back). The time for all N requests to finish is reported beside it.
 #pragma once
 
 #include "bench/bench.h"
@@ -25,8 +26,11 @@ struct StreamRun {
     std::string error;
     std::string memcap_line;
     int streams = 0;
+    int generating = 0;                // of them, how many the server lets generate at once
     std::vector<double> ttft_seconds;  // one per stream
-    double decode_tps = 0;             // aggregate, all streams
+    double decode_tps = 0;             // aggregate, all streams generating
+    double all_seconds = 0;            // from the requests sent to the last one done
+    double end_to_end_tps = 0;         // every stream's tokens / all_seconds (prompts and waits included)
     double steps = 0;                  // decode steps in the window
     double step_seconds = 0;           // per decode step
     double wait_per_step = 0;          // of which blocked on expert reads

@@ -13,7 +13,7 @@ void metric(std::ostringstream & out, const char * type, const std::string & nam
 
 }  // namespace
 
-std::string metrics_text(const PagerSnapshot & pager) {
+std::string metrics_text(const PagerSnapshot & pager, const std::optional<StreamGate::Counters> & gate) {
     std::ostringstream out;
     out.precision(15);
     {
@@ -43,6 +43,15 @@ std::string metrics_text(const PagerSnapshot & pager) {
         for (const PagerMetric & m : kPagerMetrics) {
             metric(out, m.type, m.name, m.help, j.at(nlohmann::json::json_pointer(m.pointer)).get<double>());
         }
+    }
+    if (gate) {
+        metric(out, "gauge", "epq:decode_streams", "Requests that may generate at once.", gate->capacity);
+        metric(out, "gauge", "epq:requests_generating", "Requests generating now.", gate->active);
+        metric(out, "gauge", "epq:requests_waiting", "Requests waiting for a place to generate.", gate->waiting);
+        metric(out, "counter", "epq:requests_waited_total", "Requests that had to wait before generating.",
+               static_cast<double>(gate->waited));
+        metric(out, "counter", "epq:request_wait_seconds_total", "Time requests waited before generating.",
+               gate->wait_seconds);
     }
     return out.str();
 }

@@ -3,11 +3,14 @@
 #pragma once
 
 #include "backend/pager_snapshot.h"
+#include "sched/stream_gate.h"
 
+#include <optional>
 #include <string>
 
 namespace epq::server {
 
-std::string metrics_text(const PagerSnapshot & pager);
+// `gate`: the stream gate's counters, when requests are gated.
+std::string metrics_text(const PagerSnapshot & pager, const std::optional<StreamGate::Counters> & gate = std::nullopt);
 
 }  // namespace epq::server

@@ -1,12 +1,15 @@
 #include "server/pager_routes.h"
 
 #include "backend/pager.h"
+#include "sched/stream_gate.h"
 #include "server/metrics_text.h"
 #include "server/web_assets.h"
 
 #include "server-http.h"
 
 #include <nlohmann/json.hpp>
+
+#include <optional>
 
 namespace epq::server {
 
@@ -21,7 +24,16 @@ server_http_res_ptr respond(int status, std::string body, const std::string & ty
     return res;
 }
 
-nlohmann::json stats_json(const Pager * pager, const PagerPageInfo & info) {
+nlohmann::json gate_json(const StreamGate * gate) {
+    if (!gate) {
+        return nullptr;
+    }
+    const StreamGate::Counters c = gate->counters();
+    return {{"capacity", c.capacity}, {"generating", c.active}, {"waiting", c.waiting},
+            {"admitted", c.admitted}, {"waited", c.waited},     {"wait_seconds", c.wait_seconds}};
+}
+
+nlohmann::json stats_json(const Pager * pager, const StreamGate * gate, const PagerPageInfo & info) {
     nlohmann::json j = {{"paged", pager != nullptr}, {"model", info.model}};
     if (!pager) {
         j["not_paged"] = info.not_paged;
@@ -29,6 +41,7 @@ nlohmann::json stats_json(const Pager * pager, const PagerPageInfo & info) {
     }
     j["arena_reasoning"] = info.arena_reasoning;
     j["pager"] = pager->stats().to_json();
+    j["decode_streams"] = gate_json(gate);
     const Pager::View v = pager->view();
     j["view"] = {{"layers", v.layers},
                  {"n_expert", v.n_expert},
@@ -41,7 +54,8 @@ nlohmann::json stats_json(const Pager * pager, const PagerPageInfo & info) {
 
 }  // namespace
 
-void add_pager_routes(server_http_context & http, const Pager * pager, const PagerPageInfo & info) {
+void add_pager_routes(server_http_context & http, const Pager * pager, const StreamGate * gate,
+                      const PagerPageInfo & info) {
     // Relative links in the page resolve against /epq/, so /epq itself redirects there.
     http.get("/epq", [](const server_http_req &) {
         auto res = respond(302, "", "text/plain; charset=utf-8");
@@ -55,14 +69,18 @@ void add_pager_routes(server_http_context & http, const Pager * pager, const Pag
             return respond(200, std::string(reinterpret_cast<const char *>(a.data), a.size), web_content_type(a.path));
         });
     }
-    http.get("/epq/stats", [pager, info](const server_http_req &) {
-        return respond(200, stats_json(pager, info).dump(), "application/json; charset=utf-8");
+    http.get("/epq/stats", [pager, gate, info](const server_http_req &) {
+        return respond(200, stats_json(pager, gate, info).dump(), "application/json; charset=utf-8");
     });
-    http.get("/epq/metrics", [pager](const server_http_req &) {
+    http.get("/epq/metrics", [pager, gate](const server_http_req &) {
         if (!pager) {
             return respond(404, "# the model is not paged: no pager metrics\n", "text/plain; version=0.0.4");
         }
-        return respond(200, metrics_text(pager->stats()), "text/plain; version=0.0.4");
+        std::optional<StreamGate::Counters> g;
+        if (gate) {
+            g = gate->counters();
+        }
+        return respond(200, metrics_text(pager->stats(), g), "text/plain; version=0.0.4");
     });
 }
 

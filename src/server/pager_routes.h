@@ -1,7 +1,7 @@
 // The pager's own view, added to llama.cpp's HTTP server (server_hooks.h) under /epq/:
 //   /epq/          llama.cpp's web UI (in a frame) beside the live pager view
 //   /epq/stats     the pager's statistics snapshot (PagerSnapshot::to_json) and heat map, JSON
-//   /epq/metrics   the pager's counters in Prometheus' text format
+//   /epq/metrics   the pager's counters (and the stream gate's) in Prometheus' text format
 #pragma once
 
 #include <string>
@@ -10,7 +10,8 @@ struct server_http_context;
 
 namespace epq {
 class Pager;
-}
+class StreamGate;
+}  // namespace epq
 
 namespace epq::server {
 
@@ -20,7 +21,9 @@ struct PagerPageInfo {
     std::string not_paged;        // why there is no pager ("" when there is one)
 };
 
-// `pager`: null when the model is not paged (the routes then say why).
-void add_pager_routes(server_http_context & http, const Pager * pager, const PagerPageInfo & info);
+// `pager`: null when the model is not paged (the routes then say why). `gate`: null when every
+// slot generates at once.
+void add_pager_routes(server_http_context & http, const Pager * pager, const StreamGate * gate,
+                      const PagerPageInfo & info);
 
 }  // namespace epq::server

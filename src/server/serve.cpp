@@ -8,6 +8,7 @@
 #include "server/serve_args.h"
 #include "server/serve_budget.h"
 #include "server/server_hooks.h"
+#include "server/stream_admission.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 
@@ -53,6 +54,7 @@ struct PagedServe {
     std::unique_ptr<PagedModel> model;
     PagerFlags flags;
     std::chrono::steady_clock::time_point start;
+    std::shared_ptr<StreamGate> gate;  // null: every slot generates at once, as in llama-server
 };
 
 // What llama-server would do that a paged model must not, changed in `params` and said.
@@ -140,6 +142,35 @@ WeightLayout asked_layout(const common_params & params, const std::vector<std::s
     return params.no_extra_bufts ? WeightLayout::file : WeightLayout::repacked;
 }
 
+// How many requests generate at once (stream_gate.h): the user's --decode-streams, or what the
+// arena fits. Null when that is every slot.
+std::shared_ptr<StreamGate> plan_decode_streams(const common_params & params, const PagerFlags & flags,
+                                                PagedModel & model) {
+    const auto & idx = model.index();
+    const auto & ap = model.pager().plan();
+    StreamFit f;
+    f.n_parallel = std::max(1, params.n_parallel);
+    f.holds_everything = ap.holds_everything;
+    f.n_expert = static_cast<int>(idx.n_expert);
+    f.n_expert_used = static_cast<int>(idx.n_expert_used);
+    // Every size class is given the same share of its experts (slot_arena.h), so the arena's
+    // share of the expert bytes is its share of each layer's experts.
+    f.slots_per_layer = idx.expert_bytes == 0
+                            ? 0
+                            : static_cast<uint64_t>(static_cast<double>(idx.n_expert) * static_cast<double>(ap.bytes) /
+                                                    static_cast<double>(idx.expert_bytes));
+    StreamCapacity c = streams_that_fit(f);
+    if (flags.decode_streams > 0) {
+        c.streams = std::min(flags.decode_streams, f.n_parallel);
+        c.why = "--decode-streams " +
+                (flags.decode_streams == kAllDecodeStreams ? std::string("all") : std::to_string(flags.decode_streams));
+    }
+    note("decode streams: " + std::to_string(c.streams) + " of " + std::to_string(f.n_parallel) +
+         " slots generate at once (" + c.why + ")" +
+         (c.streams < f.n_parallel ? "; later requests wait in arrival order (--decode-streams to choose)" : ""));
+    return c.streams < f.n_parallel ? std::make_shared<StreamGate>(c.streams) : nullptr;
+}
+
 // Sets the server's parameters up for paging `params.model.path`. Returns null (the model is
 // served as stock llama-server serves it) when there is nothing to page, saying why in `why`.
 std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags & flags,
@@ -207,6 +238,7 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     }
     note(layout_line(po.layout, ps->model->repack()) + "; " + std::to_string(params.n_parallel) + " slots, context " +
          std::to_string(params.n_ctx) + " tokens");
+    ps->gate = plan_decode_streams(params, flags, *ps->model);
     return ps;
 }
 
@@ -299,7 +331,14 @@ int run(int argc, char ** argv) {
         set_after_load_hook([&ps] { return after_load(*ps); });
     }
     const Pager * pager = ps ? &ps->model->pager() : nullptr;
-    set_before_listen_hook([pager, info](server_http_context & http) { add_pager_routes(http, pager, info); });
+    std::shared_ptr<StreamGate> gate = ps ? ps->gate : nullptr;
+    if (gate) {
+        set_post_route_hook([gate](const std::string & path, const HttpHandler & h) {
+            return route_generates(path) ? gated_handler(gate, h) : h;
+        });
+    }
+    set_before_listen_hook(
+        [pager, info, gate](server_http_context & http) { add_pager_routes(http, pager, gate.get(), info); });
     const int rc = llama_server(params, largc, largv.data());
     common_log_flush(common_log_main());
     if (ps && !flags.trace.empty()) {

@@ -19,7 +19,7 @@ struct Spec {
 // llama-server has none of these names: they can be taken out without hiding one of its flags.
 constexpr Spec kSpecs[] = {
     {"--arena", Kind::text},   {"--policy", Kind::text},   {"--prefetch", Kind::text}, {"--read-threads", Kind::number},
-    {"--preload", Kind::flag}, {"--no-pager", Kind::flag}, {"--trace", Kind::text},
+    {"--preload", Kind::flag}, {"--no-pager", Kind::flag}, {"--trace", Kind::text},    {"--decode-streams", Kind::text},
 };
 
 const Spec * find_spec(const std::string & arg, std::string & inline_value, bool & has_inline) {
@@ -51,6 +51,18 @@ void apply(PagerFlags & f, const std::string & name, const std::string & value) 
             throw Error("--read-threads must be 1..64; got '" + value + "'");
         }
         f.read_threads = static_cast<int>(n);
+    } else if (name == "--decode-streams") {
+        char * end = nullptr;
+        const long n = std::strtol(value.c_str(), &end, 10);
+        if (value == "auto") {
+            f.decode_streams = 0;
+        } else if (value == "all") {
+            f.decode_streams = kAllDecodeStreams;
+        } else if (value.empty() || *end != '\0' || n < 1 || n > 4096) {
+            throw Error("--decode-streams must be auto, all or a number of requests (1..4096); got '" + value + "'");
+        } else {
+            f.decode_streams = static_cast<int>(n);
+        }
     } else if (name == "--preload") {
         f.preload = true;
     } else if (name == "--no-pager") {
@@ -148,6 +160,11 @@ std::string pager_flags_help() {
            "  --preload           fill the arena with experts before serving\n"
            "  --no-pager          run the model as stock llama-server does (mmap), for comparison\n"
            "  --trace FILE        record every (token, layer, experts) for epq simulate\n"
+           "  --decode-streams N|auto|all\n"
+           "                      requests that generate at once; later ones wait in arrival order. auto:\n"
+           "                      every slot when the arena holds every expert, otherwise as many as\n"
+           "                      the arena holds the working experts of; all: every slot, as\n"
+           "                      llama-server (default: auto)\n"
            "The pager's live view is at /epq/ beside llama.cpp's web UI; its counters at /epq/stats\n"
            "(JSON) and /epq/metrics (Prometheus).\n\n";
 }

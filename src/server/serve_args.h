@@ -9,6 +9,9 @@
 
 namespace epq::server {
 
+// --decode-streams all: every slot (as many as any -np).
+constexpr int kAllDecodeStreams = 1 << 30;
+
 // The flags only epq knows. Unset ones keep the defaults of `epq run`.
 struct PagerFlags {
     std::string arena = "auto";
@@ -18,6 +21,7 @@ struct PagerFlags {
     bool preload = false;
     bool no_pager = false;
     std::string trace;
+    int decode_streams = 0;  // requests that generate at once; 0: as many as the arena fits
 };
 
 struct SplitArgs {

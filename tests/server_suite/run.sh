@@ -13,6 +13,9 @@
 # its cache, pytest log and JUnit report).
 # SERVER_SUITE_ARENA: epq's --arena for the run (default 2M: smaller than every model's experts,
 # so the pager evicts and reads all along; auto for epq's own choice).
+# The suite checks llama-server's slot semantics (test_completion_parallel_slots counts every slot
+# busy), so epq's stream gate is off here (--decode-streams all); the gate's own test is
+# Serve.GatedRequestsEachGetStocksAnswerAlone.
 set -euo pipefail
 
 mode=${1:?usage: run.sh ci|all BUILD_DIR [pytest args...]}
@@ -97,7 +100,7 @@ check_paged() {
 }
 
 broken=0
-epq_cmd="$(printf '%q' "$epq") serve --arena $arena"
+epq_cmd="$(printf '%q' "$epq") serve --arena $arena --decode-streams all"
 SERVER_SUITE_CMD=$(printf '%q' "$llama_server") run_suite stock "$@" || broken=1
 SERVER_SUITE_CMD=$epq_cmd run_suite epq "$@" || broken=1
 SERVER_SUITE_CMD=$epq_cmd check_paged || broken=1

@@ -33,6 +33,8 @@ Handler add_bench(CLI::App & app) {
     sub->add_option("-b,--batch-size", o->n_batch, "prompt batch size")->capture_default_str();
     sub->add_option("--prefetch", o->prefetch, "epq's --prefetch")->capture_default_str();
     sub->add_option("--policy", o->policy, "epq's --policy")->capture_default_str();
+    sub->add_option("--decode-streams", o->decode_streams,
+                    "with --streams: epq serve's --decode-streams (requests that generate at once; default: its auto)");
     sub->add_option("--read-threads", o->read_threads, "epq's expert reads in flight; also the read floor's")
         ->capture_default_str();
     sub->add_option("--read-seconds", o->read_floor_seconds, "how long to measure the read floor")
