@@ -16,18 +16,17 @@ TEST(StreamGate, FitsAsManyStreamsAsTheArenaHoldsWorkingSetsOf) {
     f.n_parallel = 8;
     f.n_expert = 128;
     f.n_expert_used = 8;
-    // One working set is 4 x 8 = 32 experts of a layer.
+    // One working set is 2 x 8 = 16 experts of a layer.
     f.slots_per_layer = 128;
     f.holds_everything = true;
     EXPECT_EQ(streams_that_fit(f).streams, 8);
     f.holds_everything = false;
-    EXPECT_EQ(streams_that_fit(f).streams, 4);  // 128 / 32
-    f.slots_per_layer = 95;
-    EXPECT_EQ(streams_that_fit(f).streams, 2);  // 95 / 32, rounded down
-    f.slots_per_layer = 20;
+    EXPECT_EQ(streams_that_fit(f).streams, 8);  // 128 / 16
+    f.slots_per_layer = 41;
+    EXPECT_EQ(streams_that_fit(f).streams, 2);  // 41 / 16, rounded down
+    f.slots_per_layer = 12;
     EXPECT_EQ(streams_that_fit(f).streams, 1);  // never fewer than one
-    EXPECT_NE(streams_that_fit(f).why.find("20 experts per layer of 128"), std::string::npos)
-        << streams_that_fit(f).why;
+    EXPECT_NE(streams_that_fit(f).why.find("12 experts per layer of 128"), std::string::npos) << streams_that_fit(f).why;
     f.slots_per_layer = 10000;
     f.n_parallel = 3;
     EXPECT_EQ(streams_that_fit(f).streams, 3);  // never more than the slots

@@ -37,8 +37,10 @@ struct StreamCapacity {
 // Every slot when the arena holds every expert (nothing is evicted). Otherwise one stream per
 // kWorkingSetFactor x n_expert_used slots of a layer: a stream keeps coming back to more experts
 // than it selects in one step (its working set), and the arena must hold the working sets of the
-// streams it decodes together, or every step evicts what the next needs.
-constexpr int kWorkingSetFactor = 4;
+// streams it decodes together, or every step evicts what the next needs. The factor is measured:
+// on the 30B preset under 8 GiB (41 of 128 experts per layer, top-8) 2 streams decoded 7.20 tok/s
+// together against 6.61 for one, and 4 streams 5.25 (hit rate 98% -> 94% -> 78%).
+constexpr int kWorkingSetFactor = 2;
 StreamCapacity streams_that_fit(const StreamFit & f);
 
 // A counting gate with first-come-first-served admission. acquire() blocks until the caller
