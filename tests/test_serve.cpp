@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <future>
 #include <thread>
 
@@ -49,23 +48,28 @@ Reply post_raw(int port, const std::string & path, const json & body) {
     return {r->status, r->body};
 }
 
-// What differs between two servers for the same answer: ids, clocks and timings.
-json normalized(json j) {
+// `j` without the members named `keys`, at any depth.
+json without(json j, const std::vector<std::string> & keys) {
     if (j.is_object()) {
-        for (const char * k : {"id", "item_id", "created", "created_at", "timings", "system_fingerprint",
-                               "completed_at", "t_ms", "prompt_ms", "predicted_ms", "predicted_per_second",
-                               "prompt_per_second", "predicted_per_token_ms", "prompt_per_token_ms"}) {
+        for (const auto & k : keys) {
             j.erase(k);
         }
         for (auto & [k, v] : j.items()) {
-            v = normalized(v);
+            v = without(v, keys);
         }
     } else if (j.is_array()) {
         for (auto & v : j) {
-            v = normalized(v);
+            v = without(v, keys);
         }
     }
     return j;
+}
+
+// What differs between two servers for the same answer: ids, clocks and timings.
+json normalized(json j) {
+    return without(std::move(j), {"id", "item_id", "created", "created_at", "timings", "system_fingerprint",
+                                  "completed_at", "t_ms", "prompt_ms", "predicted_ms", "predicted_per_second",
+                                  "prompt_per_second", "predicted_per_token_ms", "prompt_per_token_ms"});
 }
 
 // A body as JSON, or a stream of server-sent events as the list of their JSON payloads (with
@@ -287,20 +291,8 @@ TEST(Serve, GatedRequestsEachGetStocksAnswerAlone) {
          {{"model", "m"}, {"max_tokens", 32}, {"messages", kUser}, {"temperature", 0}, {"stream", true}}},
     };
     // Which slot answers, and how much of a prompt its cache held, depend on what ran before.
-    std::function<json(json)> text_of = [&](json a) {
-        if (a.is_object()) {
-            for (const char * k : {"usage", "id_slot", "tokens_cached", "tokens_evaluated"}) {
-                a.erase(k);
-            }
-            for (auto & [k, v] : a.items()) {
-                v = text_of(v);
-            }
-        } else if (a.is_array()) {
-            for (auto & v : a) {
-                v = text_of(v);
-            }
-        }
-        return a;
+    const auto text_of = [](json a) {
+        return without(std::move(a), {"usage", "id_slot", "tokens_cached", "tokens_evaluated"});
     };
     std::vector<json> alone;
     for (const auto & [path, body] : bodies) {
