@@ -26,7 +26,8 @@ TEST(StreamGate, FitsAsManyStreamsAsTheArenaHoldsWorkingSetsOf) {
     EXPECT_EQ(streams_that_fit(f).streams, 2);  // 41 / 16, rounded down
     f.slots_per_layer = 12;
     EXPECT_EQ(streams_that_fit(f).streams, 1);  // never fewer than one
-    EXPECT_NE(streams_that_fit(f).why.find("12 experts per layer of 128"), std::string::npos) << streams_that_fit(f).why;
+    EXPECT_NE(streams_that_fit(f).why.find("12 experts per layer of 128"), std::string::npos)
+        << streams_that_fit(f).why;
     f.slots_per_layer = 10000;
     f.n_parallel = 3;
     EXPECT_EQ(streams_that_fit(f).streams, 3);  // never more than the slots
@@ -59,14 +60,25 @@ TEST(StreamGate, AdmitsAtMostItsCapacityInArrivalOrder) {
         std::lock_guard<std::mutex> lk(mu);
         EXPECT_TRUE(order.empty());
     }
+    // Wait on what the admitted waiter recorded, not on the gate's queue: a waiter leaves the
+    // queue before it records itself, and the next one must not be released until it has.
+    const auto wait_recorded = [&](size_t n) {
+        for (;;) {
+            {
+                std::lock_guard<std::mutex> lk(mu);
+                if (order.size() == n) {
+                    return;
+                }
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    };
     a.reset();  // one place: the oldest waiter (0) gets it
-    while (gate.counters().waiting != 2) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    wait_recorded(1);
+    EXPECT_EQ(gate.counters().waiting, 2);
     b.reset();
-    while (gate.counters().waiting != 1) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    wait_recorded(2);
+    EXPECT_EQ(gate.counters().waiting, 1);
     EXPECT_EQ(gate.counters().active, 2);
     {
         std::lock_guard<std::mutex> lk(mu);
