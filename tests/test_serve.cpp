@@ -332,6 +332,8 @@ TEST(Serve, GatedRequestsEachGetStocksAnswerAlone) {
     const json j = json::parse(c.Get("/epq/stats")->body);
     const json & g = j["decode_streams"];
     EXPECT_EQ(g["capacity"], 1);
+    EXPECT_TRUE(g["tuning"].is_null()) << "one stream: nothing to tune";
+    EXPECT_GT(g["busy_seconds"].get<double>(), 0.0);
     EXPECT_EQ(g["admitted"], bodies.size());
     EXPECT_GE(g["waited"].get<int>(), 1) << "five requests sent at once, one place: some must have waited";
     EXPECT_EQ(g["generating"], 0);
@@ -341,6 +343,60 @@ TEST(Serve, GatedRequestsEachGetStocksAnswerAlone) {
     EXPECT_NE(m->body.find("\nepq:requests_waited_total "), std::string::npos) << m->body;
     EXPECT_EQ(paged.stop(), 0) << paged.log();
     EXPECT_EQ(stock.stop(), 0);
+}
+
+// A disk so slow that decode steps mostly wait on reads (every read call sleeps 5 ms): the arena
+// fits two streams' working sets, but the stream tuner (sched/stream_tuner.h), which starts at one,
+// keeps one generating, and /epq/stats and /epq/metrics show why; every request gets its answer.
+TEST(Serve, ReadBoundStepsKeepOneRequestGenerating) {
+    ServeProcess s(std::vector<std::string>{"/usr/bin/env",
+                                            "EPQ_IO_FAULT=slow",
+                                            EPQ_FAULTS_BINARY,
+                                            "serve",
+                                            "-m",
+                                            model(),
+                                            "--host",
+                                            "127.0.0.1",
+                                            "--port",
+                                            "0",
+                                            "-t",
+                                            "2",
+                                            "-c",
+                                            "2048",
+                                            "-np",
+                                            "4",
+                                            "--arena",
+                                            "10M",
+                                            "--prefetch",
+                                            "off"});
+    ASSERT_NE(s.log().find("decode streams: up to 2 of 4 slots generate at once"), std::string::npos) << s.log();
+    ASSERT_NE(s.log().find("from 1, one more while reads take under a quarter"), std::string::npos) << s.log();
+    std::vector<std::future<Reply>> f;
+    for (int i = 0; i < 4; ++i) {
+        const json body = {{"prompt", "Story number " + std::to_string(i) + ":"},
+                           {"n_predict", 64},
+                           {"temperature", 0},
+                           {"ignore_eos", true}};
+        const int port = s.port();
+        f.push_back(std::async(std::launch::async, [port, body] { return post_raw(port, "/completion", body); }));
+    }
+    for (auto & x : f) {
+        const Reply r = x.get();
+        EXPECT_EQ(r.status, 200) << r.body;
+    }
+    httplib::Client c("127.0.0.1", s.port());
+    const json g = json::parse(c.Get("/epq/stats")->body)["decode_streams"];
+    EXPECT_EQ(g["max_capacity"], 2);
+    EXPECT_EQ(g["capacity"], 1) << g.dump();
+    EXPECT_EQ(g["tuning"]["raised"], 0) << g.dump();
+    EXPECT_GE(g["busy_seconds"].get<double>(), 5.0) << g.dump() << ": no whole window was measured";
+    EXPECT_GT(g["tuning"]["last_read_wait_share"].get<double>(), 0.25) << g.dump();
+    EXPECT_GE(g["waited"].get<int>(), 3) << g.dump() << ": one place, four requests sent at once";
+    const auto m = c.Get("/epq/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_NE(m->body.find("\nepq:decode_streams 1\n"), std::string::npos) << m->body;
+    EXPECT_NE(m->body.find("\nepq:decode_streams_max 2\n"), std::string::npos) << m->body;
+    EXPECT_EQ(s.stop(), 0) << s.log();
 }
 
 // What only epq adds: the view at /epq/, the counters, llama.cpp's UI at /, no warm-up reads.

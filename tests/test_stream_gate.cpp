@@ -117,3 +117,46 @@ TEST(StreamGate, AWaiterThatGivesUpLeavesTheQueueToTheNext) {
     EXPECT_TRUE(second);
     EXPECT_EQ(gate.counters().admitted, 2u);
 }
+
+TEST(StreamGate, ACapacityChangeTakesNoPlaceAwayAndARaiseAdmitsWaiters) {
+    StreamGate gate(3);
+    auto a = gate.acquire();
+    auto b = gate.acquire();
+    gate.set_capacity(1);  // both keep generating; the next request waits until one ends
+    EXPECT_EQ(gate.counters().capacity, 1);
+    EXPECT_EQ(gate.counters().active, 2);
+    StreamGate::Permit c;
+    std::thread t([&] { c = gate.acquire(); });
+    while (gate.counters().waiting != 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    a.reset();  // one generating, still at the capacity of one: c keeps waiting
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(gate.counters().waiting, 1);
+    gate.set_capacity(99);  // clamped to the capacity the gate was made with; admits c
+    t.join();
+    EXPECT_TRUE(c);
+    const StreamGate::Counters k = gate.counters();
+    EXPECT_EQ(k.capacity, 3);
+    EXPECT_EQ(k.max_capacity, 3);
+    EXPECT_EQ(k.active, 2);
+    gate.set_capacity(0);
+    EXPECT_EQ(gate.counters().capacity, 1);
+}
+
+TEST(StreamGate, BusyTimeCountsOnlyWhileARequestGenerates) {
+    StreamGate gate(2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(gate.counters().busy_seconds, 0.0);  // nothing generated yet
+    {
+        auto a = gate.acquire();
+        auto b = gate.acquire();  // overlapping requests count once
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        EXPECT_GE(gate.counters().busy_seconds, 0.03);  // counted while still running
+    }
+    const double busy = gate.counters().busy_seconds;
+    EXPECT_GE(busy, 0.03);
+    EXPECT_LT(busy, 1.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(gate.counters().busy_seconds, busy);  // idle time is not counted
+}

@@ -195,14 +195,22 @@ struct StreamBench {
             return fail("the replay text has " + std::to_string(tokens.size()) + " tokens, fewer than --replay-prompt");
         }
 
-        // How many of the n the server lets generate at once (epq serve's stream gate).
-        r.generating = n;
-        if (mode != Mode::stock) {
+        // How many of the n the server lets generate at once (epq serve's stream gate), and
+        // whether that can change while they run (its tuner).
+        const auto gate_of = [&]() {
             const auto st = cli.Get("/epq/stats");
             const json sj = json::parse(st && st->status == 200 ? st->body : "{}", nullptr, false);
-            const json * gate = sj.is_object() && sj.contains("decode_streams") ? &sj["decode_streams"] : nullptr;
-            if (gate && gate->is_object()) {
-                r.generating = std::min(n, gate->value("capacity", n));
+            return sj.is_object() && sj.contains("decode_streams") && sj["decode_streams"].is_object()
+                       ? sj["decode_streams"]
+                       : json(nullptr);
+        };
+        r.generating = n;
+        bool queued = false;  // some requests wait for others to end
+        if (mode != Mode::stock) {
+            const json gate = gate_of();
+            if (gate.is_object()) {
+                r.generating = std::min(n, gate.value("capacity", n));
+                queued = r.generating < n || (n > 1 && !gate["tuning"].is_null());
             }
         }
         // Every stream its own stretch of the text (no prompt cache shared between them).
@@ -247,17 +255,31 @@ struct StreamBench {
             }
             return c;
         };
+        // Every stream at once: the window is while all decode, from their first tokens to the
+        // first one's end. Queued: from the first token to the last stream's end, so that it holds
+        // the admissions (and prompts) of the waiting ones, as a server's aggregate does.
         Counters a, b;
         {
             std::unique_lock<std::mutex> lk(pr.mu);
-            pr.cv.wait(lk, [&] { return pr.first_tokens >= r.generating || pr.finished > 0; });
+            pr.cv.wait(lk, [&] { return pr.first_tokens >= (queued ? 1 : r.generating) || pr.finished > 0; });
         }
         a = sample();
         {
             std::unique_lock<std::mutex> lk(pr.mu);
-            pr.cv.wait(lk, [&] { return pr.finished > 0; });
+            pr.cv.wait(lk, [&] { return pr.finished >= (queued ? n : 1) || !pr.error.empty(); });
         }
         b = sample();
+        if (queued) {
+            const json gate = gate_of();
+            const int at_end = std::min(n, gate.is_object() ? gate.value("capacity", r.generating) : r.generating);
+            if (at_end != r.generating) {
+                std::fprintf(stderr,
+                             "epq bench:   the server's tuner changed the streams generating at once: %d -> %d\n",
+                             r.generating, at_end);
+                r.generating_at_start = r.generating;
+                r.generating = at_end;
+            }
+        }
         for (auto & t : clients) {
             t.join();
         }
@@ -284,6 +306,9 @@ struct StreamBench {
         for (const auto & [task, n_at_a] : a.decoded) {
             const auto at_b = b.decoded.find(task);
             window_tokens += static_cast<double>((at_b != b.decoded.end() ? at_b->second : n_predict) - n_at_a);
+        }
+        if (queued) {  // and every token of the streams that had not started at a
+            window_tokens += static_cast<double>(n - static_cast<int>(a.decoded.size())) * n_predict;
         }
         r.decode_tps = window_tokens / (b.seconds - a.seconds);
         r.step_seconds = (b.seconds - a.seconds) / r.steps;
@@ -351,6 +376,7 @@ json run_json(const StreamRun & r) {
     }
     return {{"streams", r.streams},
             {"generating", r.generating},
+            {"generating_at_start", r.generating_at_start > 0 ? json(r.generating_at_start) : json(nullptr)},
             {"decode_tps", r.decode_tps},
             {"all_seconds", r.all_seconds},
             {"end_to_end_tps", r.end_to_end_tps},
@@ -536,8 +562,10 @@ int run_stream_bench(const BenchOptions & o) {
         out += line;
     }
     out +=
-        "tok/s: tokens of all streams per second of decode steps while every generating stream decodes (server "
-        "counters); gen: the streams epq serve lets generate at once (--decode-streams), the rest wait; e2e: every "
+        "tok/s: tokens of all streams per second of decode steps while every stream decodes (server counters), or, "
+        "where requests queue, from the first token to the last stream's end; gen: the streams epq serve lets "
+        "generate at once at the end of the run (--decode-streams; its tuner lowers it while reads take most of the "
+        "steps), the rest wait; e2e: every "
         "stream's tokens / the time from the requests sent to the last one done (prompts and waits included; stock "
         "generates fewer tokens per stream); roofline = generating streams / max(compute s/step, missed expert "
         "bytes/step / read bandwidth)\n";

@@ -26,9 +26,10 @@ struct StreamRun {
     std::string error;
     std::string memcap_line;
     int streams = 0;
-    int generating = 0;                // of them, how many the server lets generate at once
+    int generating = 0;                // of them, how many the server lets generate at once (at the end)
+    int generating_at_start = 0;       // when the server's tuner changed that during the run (else 0)
     std::vector<double> ttft_seconds;  // one per stream
-    double decode_tps = 0;             // aggregate, all streams generating
+    double decode_tps = 0;             // aggregate: all streams generating, or (queued) first token to last
     double all_seconds = 0;            // from the requests sent to the last one done
     double end_to_end_tps = 0;         // every stream's tokens / all_seconds (prompts and waits included)
     double steps = 0;                  // decode steps in the window

@@ -22,6 +22,13 @@ StreamCapacity streams_that_fit(const StreamFit & f) {
 
 StreamGate::StreamGate(int capacity) : capacity_(std::max(1, capacity)) {
     c_.capacity = capacity_;
+    c_.max_capacity = capacity_;
+}
+
+void StreamGate::set_capacity(int capacity) {
+    std::lock_guard<std::mutex> lk(mu_);
+    capacity_ = std::clamp(capacity, 1, c_.max_capacity);
+    cv_.notify_all();  // a raised capacity admits the oldest waiters now
 }
 
 StreamGate::Permit StreamGate::acquire(const std::function<bool()> & stop) {
@@ -46,7 +53,9 @@ StreamGate::Permit StreamGate::acquire(const std::function<bool()> & stop) {
         }
     }
     queue_.pop_front();
-    ++active_;
+    if (active_++ == 0) {
+        busy_since_ = std::chrono::steady_clock::now();
+    }
     ++c_.admitted;
     if (waited) {
         ++c_.waited;
@@ -59,14 +68,26 @@ StreamGate::Permit StreamGate::acquire(const std::function<bool()> & stop) {
 
 void StreamGate::release() {
     std::lock_guard<std::mutex> lk(mu_);
-    --active_;
+    if (--active_ == 0) {
+        c_.busy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - busy_since_).count();
+    }
     cv_.notify_all();
+}
+
+double StreamGate::busy_seconds_locked() const {
+    double s = c_.busy_seconds;
+    if (active_ > 0) {
+        s += std::chrono::duration<double>(std::chrono::steady_clock::now() - busy_since_).count();
+    }
+    return s;
 }
 
 StreamGate::Counters StreamGate::counters() const {
     std::lock_guard<std::mutex> lk(mu_);
     Counters c = c_;
+    c.capacity = capacity_;
     c.active = active_;
+    c.busy_seconds = busy_seconds_locked();
     c.waiting = static_cast<int>(queue_.size());
     return c;
 }

@@ -3,12 +3,13 @@
 // Under a memory cap every decode step of every generating request needs its experts in the
 // arena. One stream's recent experts fit; the union of many streams' does not, and then each
 // step evicts what the next needs (measured on the 30B preset under 8 GiB with every slot
-// generating: 1 stream 6.61 tok/s, 8 streams 3.44 tok/s together). llama-server forms each step's batch from every generating
-// slot inside its server library, where epq has no hook; so the requests are admitted at the
-// HTTP layer instead: at most `capacity` of them run at once, the rest wait in arrival order,
-// and aggregate decode stays at what the arena sustains. Pure: no llama.cpp here.
+// generating: 1 stream 6.61 tok/s, 8 streams 3.44 tok/s together). llama-server forms each step's batch from every
+// generating slot inside its server library, where epq has no hook; so the requests are admitted at the HTTP layer
+// instead: at most `capacity` of them run at once, the rest wait in arrival order, and aggregate decode stays at what
+// the arena sustains. Pure: no llama.cpp here.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -45,10 +46,15 @@ StreamCapacity streams_that_fit(const StreamFit & f);
 
 // A counting gate with first-come-first-served admission. acquire() blocks until the caller
 // holds one of `capacity` places and returns a permit; dropping the permit frees the place for
-// the longest waiter. Counters are for the server's metrics.
+// the longest waiter. The capacity can be changed while requests run (stream_tuner.h), between 1
+// and the capacity it was made with; lowering it takes no place away, it only makes the next
+// requests wait until the generating ones fall below it. Counters are for the server's metrics.
 class StreamGate {
 public:
     explicit StreamGate(int capacity);
+
+    // Clamped to 1 .. max_capacity.
+    void set_capacity(int capacity);
 
     using Permit = std::shared_ptr<void>;
     // Blocks until admitted. `stop` (polled every 100 ms) gives up: an empty permit is returned.
@@ -56,23 +62,27 @@ public:
 
     struct Counters {
         int capacity = 0;
+        int max_capacity = 0;  // what the gate was made with: set_capacity's ceiling
         int active = 0;
         int waiting = 0;
         uint64_t admitted = 0;
         uint64_t waited = 0;      // of them, how many had to wait
         double wait_seconds = 0;  // total time spent waiting
+        double busy_seconds = 0;  // time with at least one request generating
     };
     Counters counters() const;
 
 private:
     void release();
+    double busy_seconds_locked() const;
 
     mutable std::mutex mu_;
     std::condition_variable cv_;
     int capacity_;
     int active_ = 0;
-    uint64_t next_ticket_ = 0;    // handed out on arrival
-    std::deque<uint64_t> queue_;  // the waiters' tickets, oldest first
+    uint64_t next_ticket_ = 0;                          // handed out on arrival
+    std::deque<uint64_t> queue_;                        // the waiters' tickets, oldest first
+    std::chrono::steady_clock::time_point busy_since_;  // when active_ last rose from 0
     Counters c_;
 };
 

@@ -46,12 +46,16 @@ std::string metrics_text(const PagerSnapshot & pager, const std::optional<Stream
     }
     if (gate) {
         metric(out, "gauge", "epq:decode_streams", "Requests that may generate at once.", gate->capacity);
+        metric(out, "gauge", "epq:decode_streams_max", "The most requests the arena lets generate at once.",
+               gate->max_capacity);
         metric(out, "gauge", "epq:requests_generating", "Requests generating now.", gate->active);
         metric(out, "gauge", "epq:requests_waiting", "Requests waiting for a place to generate.", gate->waiting);
         metric(out, "counter", "epq:requests_waited_total", "Requests that had to wait before generating.",
                static_cast<double>(gate->waited));
         metric(out, "counter", "epq:request_wait_seconds_total", "Time requests waited before generating.",
                gate->wait_seconds);
+        metric(out, "counter", "epq:generating_seconds_total", "Time with at least one request generating.",
+               gate->busy_seconds);
     }
     return out.str();
 }

@@ -2,6 +2,7 @@
 
 #include "backend/pager.h"
 #include "sched/stream_gate.h"
+#include "server/stream_tuning.h"
 #include "server/metrics_text.h"
 #include "server/web_assets.h"
 
@@ -24,16 +25,26 @@ server_http_res_ptr respond(int status, std::string body, const std::string & ty
     return res;
 }
 
-nlohmann::json gate_json(const StreamGate * gate) {
-    if (!gate) {
+nlohmann::json gate_json(DecodeStreamsView streams) {
+    if (!streams.gate) {
         return nullptr;
     }
-    const StreamGate::Counters c = gate->counters();
-    return {{"capacity", c.capacity}, {"generating", c.active}, {"waiting", c.waiting},
-            {"admitted", c.admitted}, {"waited", c.waited},     {"wait_seconds", c.wait_seconds}};
+    const StreamGate::Counters c = streams.gate->counters();
+    nlohmann::json j = {{"capacity", c.capacity},         {"max_capacity", c.max_capacity}, {"generating", c.active},
+                        {"waiting", c.waiting},           {"admitted", c.admitted},         {"waited", c.waited},
+                        {"wait_seconds", c.wait_seconds}, {"busy_seconds", c.busy_seconds}, {"tuning", nullptr}};
+    if (streams.tuning) {
+        const StreamTuner::Status t = streams.tuning->status();
+        j["tuning"] = {
+            {"last_read_wait_share", t.last_share < 0 ? nlohmann::json(nullptr) : nlohmann::json(t.last_share)},
+            {"lowered", t.lowered},
+            {"raised", t.raised},
+            {"last_change", t.last_change}};
+    }
+    return j;
 }
 
-nlohmann::json stats_json(const Pager * pager, const StreamGate * gate, const PagerPageInfo & info) {
+nlohmann::json stats_json(const Pager * pager, DecodeStreamsView streams, const PagerPageInfo & info) {
     nlohmann::json j = {{"paged", pager != nullptr}, {"model", info.model}};
     if (!pager) {
         j["not_paged"] = info.not_paged;
@@ -41,7 +52,7 @@ nlohmann::json stats_json(const Pager * pager, const StreamGate * gate, const Pa
     }
     j["arena_reasoning"] = info.arena_reasoning;
     j["pager"] = pager->stats().to_json();
-    j["decode_streams"] = gate_json(gate);
+    j["decode_streams"] = gate_json(streams);
     const Pager::View v = pager->view();
     j["view"] = {{"layers", v.layers},
                  {"n_expert", v.n_expert},
@@ -54,7 +65,7 @@ nlohmann::json stats_json(const Pager * pager, const StreamGate * gate, const Pa
 
 }  // namespace
 
-void add_pager_routes(server_http_context & http, const Pager * pager, const StreamGate * gate,
+void add_pager_routes(server_http_context & http, const Pager * pager, DecodeStreamsView streams,
                       const PagerPageInfo & info) {
     // Relative links in the page resolve against /epq/, so /epq itself redirects there.
     http.get("/epq", [](const server_http_req &) {
@@ -69,9 +80,10 @@ void add_pager_routes(server_http_context & http, const Pager * pager, const Str
             return respond(200, std::string(reinterpret_cast<const char *>(a.data), a.size), web_content_type(a.path));
         });
     }
-    http.get("/epq/stats", [pager, gate, info](const server_http_req &) {
-        return respond(200, stats_json(pager, gate, info).dump(), "application/json; charset=utf-8");
+    http.get("/epq/stats", [pager, streams, info](const server_http_req &) {
+        return respond(200, stats_json(pager, streams, info).dump(), "application/json; charset=utf-8");
     });
+    const StreamGate * gate = streams.gate;
     http.get("/epq/metrics", [pager, gate](const server_http_req &) {
         if (!pager) {
             return respond(404, "# the model is not paged: no pager metrics\n", "text/plain; version=0.0.4");

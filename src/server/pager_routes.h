@@ -15,15 +15,23 @@ class StreamGate;
 
 namespace epq::server {
 
+class StreamTuning;
+
+// The stream gate and its tuner, when the server has them (null otherwise).
+struct DecodeStreamsView {
+    const StreamGate * gate = nullptr;
+    const StreamTuning * tuning = nullptr;
+};
+
 struct PagerPageInfo {
     std::string model;            // the file served
     std::string arena_reasoning;  // how the arena was sized
     std::string not_paged;        // why there is no pager ("" when there is one)
 };
 
-// `pager`: null when the model is not paged (the routes then say why). `gate`: null when every
-// slot generates at once.
-void add_pager_routes(server_http_context & http, const Pager * pager, const StreamGate * gate,
+// `pager`: null when the model is not paged (the routes then say why). `streams.gate`: null when
+// every slot generates at once.
+void add_pager_routes(server_http_context & http, const Pager * pager, DecodeStreamsView streams,
                       const PagerPageInfo & info);
 
 }  // namespace epq::server

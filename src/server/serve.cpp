@@ -9,6 +9,7 @@
 #include "server/serve_budget.h"
 #include "server/server_hooks.h"
 #include "server/stream_admission.h"
+#include "server/stream_tuning.h"
 #include "util/byte_size.h"
 #include "util/error.h"
 
@@ -55,6 +56,9 @@ struct PagedServe {
     PagerFlags flags;
     std::chrono::steady_clock::time_point start;
     std::shared_ptr<StreamGate> gate;  // null: every slot generates at once, as in llama-server
+    // With --decode-streams auto under a cap: lowers the gate while reads dominate the steps.
+    // Declared last, so its thread stops before the pager it reads goes.
+    std::unique_ptr<StreamTuning> tuning;
 };
 
 // What llama-server would do that a paged model must not, changed in `params` and said.
@@ -143,11 +147,11 @@ WeightLayout asked_layout(const common_params & params, const std::vector<std::s
 }
 
 // How many requests generate at once (stream_gate.h): the user's --decode-streams, or what the
-// arena fits. Null when that is every slot.
-std::shared_ptr<StreamGate> plan_decode_streams(const common_params & params, const PagerFlags & flags,
-                                                PagedModel & model) {
-    const auto & idx = model.index();
-    const auto & ap = model.pager().plan();
+// arena fits, tuned while the server runs (stream_tuner.h). No gate when that is every slot and
+// nothing is tuned: the arena holds every expert, or the user asked for every slot.
+void plan_decode_streams(const common_params & params, PagedServe & ps) {
+    const auto & idx = ps.model->index();
+    const auto & ap = ps.model->pager().plan();
     StreamFit f;
     f.n_parallel = std::max(1, params.n_parallel);
     f.holds_everything = ap.holds_everything;
@@ -160,15 +164,29 @@ std::shared_ptr<StreamGate> plan_decode_streams(const common_params & params, co
                             : static_cast<uint64_t>(static_cast<double>(idx.n_expert) * static_cast<double>(ap.bytes) /
                                                     static_cast<double>(idx.expert_bytes));
     StreamCapacity c = streams_that_fit(f);
-    if (flags.decode_streams > 0) {
-        c.streams = std::min(flags.decode_streams, f.n_parallel);
-        c.why = "--decode-streams " +
-                (flags.decode_streams == kAllDecodeStreams ? std::string("all") : std::to_string(flags.decode_streams));
+    const int asked = ps.flags.decode_streams;
+    if (asked > 0) {
+        c.streams = std::min(asked, f.n_parallel);
+        c.why = "--decode-streams " + (asked == kAllDecodeStreams ? std::string("all") : std::to_string(asked));
     }
-    note("decode streams: " + std::to_string(c.streams) + " of " + std::to_string(f.n_parallel) +
-         " slots generate at once (" + c.why + ")" +
-         (c.streams < f.n_parallel ? "; later requests wait in arrival order (--decode-streams to choose)" : ""));
-    return c.streams < f.n_parallel ? std::make_shared<StreamGate>(c.streams) : nullptr;
+    // Tuned only when epq chose more than one and the arena can miss: then reads can come to
+    // dominate the steps.
+    const bool tuned = asked == 0 && !ap.holds_everything && c.streams > 1;
+    note("decode streams: " + std::string(tuned ? "up to " : "") + std::to_string(c.streams) + " of " +
+         std::to_string(f.n_parallel) + " slots generate at once (" + c.why + ")" +
+         (tuned ? "; from 1, one more while reads take under a quarter of the time generating, one fewer over a half"
+                : "") +
+         (c.streams < f.n_parallel || tuned ? "; later requests wait in arrival order (--decode-streams to choose)"
+                                            : ""));
+    if (c.streams >= f.n_parallel && !tuned) {
+        return;
+    }
+    ps.gate = std::make_shared<StreamGate>(c.streams);
+    if (tuned) {
+        const Pager * pager = &ps.model->pager();
+        ps.tuning = std::make_unique<StreamTuning>(
+            ps.gate, [pager] { return pager->stats().wait_seconds; }, note);
+    }
 }
 
 // Sets the server's parameters up for paging `params.model.path`. Returns null (the model is
@@ -238,7 +256,7 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     }
     note(layout_line(po.layout, ps->model->repack()) + "; " + std::to_string(params.n_parallel) + " slots, context " +
          std::to_string(params.n_ctx) + " tokens");
-    ps->gate = plan_decode_streams(params, flags, *ps->model);
+    plan_decode_streams(params, *ps);
     return ps;
 }
 
@@ -332,13 +350,15 @@ int run(int argc, char ** argv) {
     }
     const Pager * pager = ps ? &ps->model->pager() : nullptr;
     std::shared_ptr<StreamGate> gate = ps ? ps->gate : nullptr;
+    const StreamTuning * tuning = ps ? ps->tuning.get() : nullptr;
     if (gate) {
         set_post_route_hook([gate](const std::string & path, const HttpHandler & h) {
             return route_generates(path) ? gated_handler(gate, h) : h;
         });
     }
-    set_before_listen_hook(
-        [pager, info, gate](server_http_context & http) { add_pager_routes(http, pager, gate.get(), info); });
+    set_before_listen_hook([pager, info, gate, tuning](server_http_context & http) {
+        add_pager_routes(http, pager, {gate.get(), tuning}, info);
+    });
     const int rc = llama_server(params, largc, largv.data());
     common_log_flush(common_log_main());
     if (ps && !flags.trace.empty()) {

@@ -1,0 +1,64 @@
+// How many requests of `epq serve` generate at once, corrected by what the running server measures.
+//
+// streams_that_fit (stream_gate.h) sets the most streams the arena can hold the working sets of.
+// Whether they help depends on the routing as well: streams share a step's compute (the dense
+// weights are read once per step, experts two streams select are computed together), but every
+// expert one of them misses is read for it alone, and reads do not get faster with company. So
+// while a step is mostly compute, more streams raise the aggregate; once it is mostly waiting on
+// reads, another stream adds its reads and its evictions and the aggregate falls. Measured on the
+// 30B preset under 8 GiB, 2 threads (epq bench --streams): realistic routing, 2 streams waited on
+// reads for 5-8% of each step and decoded 7.2 tok/s together, as fast as one; flat routing (little
+// reuse), one stream waited 32% and decoded 2.7, two waited 65% and decoded 2.2 together; the
+// 35B preset waited 0-9% at 1-4 streams and rose from 4.4 to 6.9 tok/s.
+//
+// The tuner reads that share, time blocked on reads over time with a request generating, over
+// windows of a few seconds: above `lower_above` it lets one stream fewer generate, below
+// `raise_below` one more (up to the arena's figure), in between it holds. It starts at one
+// stream: a request admitted runs to its end, so a level that turns out too high costs whole
+// requests, while starting low costs a window per level. A level it had to leave is tried again
+// after a wait that doubles each time it has to leave it again, so a workload that changes gets
+// re-measured and one that does not is not disturbed often. Pure: no llama.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace epq {
+
+struct StreamTunerOptions {
+    double window_seconds = 5.0;  // time with a request generating that one decision looks at
+    double lower_above = 0.5;     // read-wait share above which a stream fewer generates
+    double raise_below = 0.25;    // read-wait share below which a stream more may generate
+    int max_hold_windows = 32;    // the longest wait before a level that was left is tried again
+    int start_streams = 1;        // the level before the first window (clamped to 1 .. max_streams)
+};
+
+class StreamTuner {
+public:
+    // Between 1 and `max_streams` (the arena's figure), starting at o.start_streams.
+    explicit StreamTuner(int max_streams, StreamTunerOptions o = {});
+
+    // One observation of two running totals: seconds with at least one request generating, and
+    // seconds compute waited on expert reads. Returns the number of streams to admit now.
+    int observe(double busy_seconds, double read_wait_seconds);
+
+    struct Status {
+        int streams = 1;
+        int max_streams = 1;
+        double last_share = -1;  // the last window's read-wait share; < 0 before the first
+        uint64_t lowered = 0, raised = 0;
+        std::string last_change;  // why the last change was made ("" when none was)
+    };
+    const Status & status() const { return s_; }
+
+private:
+    StreamTunerOptions o_;
+    Status s_;
+    bool started_ = false;
+    double busy0_ = 0, wait0_ = 0;  // the totals when the current window began
+    int hold_ = 1;                  // windows to wait before raising to a level that was left
+    int hold_left_ = 0;
+    bool probing_ = false;  // the last window raised the level
+};
+
+}  // namespace epq
