@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -72,8 +73,8 @@ struct Progress {
     std::string error;
 };
 
-// One streaming /v1/completions request; records its time to first token.
-void stream_one(int port, const json & body, Progress & pr, double & ttft) {
+// One streaming /v1/completions request; records its time to first token and to its end.
+void stream_one(int port, const json & body, Progress & pr, double & ttft, double & done) {
     httplib::Client cli("127.0.0.1", port);
     cli.set_read_timeout(24 * 3600, 0);
     cli.set_write_timeout(60, 0);
@@ -106,6 +107,7 @@ void stream_one(int port, const json & body, Progress & pr, double & ttft) {
         return true;
     };
     const auto res = cli.send(req);
+    done = seconds_since(t0);
     std::lock_guard<std::mutex> lk(pr.mu);
     if (!res || res->status != 200) {
         pr.error = !res ? "request failed: " + httplib::to_string(res.error())
@@ -216,6 +218,7 @@ struct StreamBench {
         // Every stream its own stretch of the text (no prompt cache shared between them).
         Progress pr;
         r.ttft_seconds.assign(static_cast<size_t>(n), 0.0);
+        std::vector<double> done_seconds(static_cast<size_t>(n), 0.0);
         std::vector<std::thread> clients;
         const int n_predict = mode == Mode::stock ? o.n_decode_stock : o.n_decode;
         for (int i = 0; i < n; ++i) {
@@ -229,8 +232,8 @@ struct StreamBench {
                                {"ignore_eos", true},
                                {"temperature", 0},
                                {"stream", true}};
-            clients.emplace_back(stream_one, port, body, std::ref(pr),
-                                 std::ref(r.ttft_seconds[static_cast<size_t>(i)]));
+            clients.emplace_back(stream_one, port, body, std::ref(pr), std::ref(r.ttft_seconds[static_cast<size_t>(i)]),
+                                 std::ref(done_seconds[static_cast<size_t>(i)]));
         }
         // llama-server counts a request's generated tokens when it ends, so the window reads
         // each busy slot's tokens so far from /slots and the decode steps from /metrics
@@ -256,8 +259,8 @@ struct StreamBench {
             return c;
         };
         // Every stream at once: the window is while all decode, from their first tokens to the
-        // first one's end. Queued: from the first token to the last stream's end, so that it holds
-        // the admissions (and prompts) of the waiting ones, as a server's aggregate does.
+        // first one's end. Queued: the server's counters from the first token to the last stream's
+        // end, and tok/s over the time some stream decodes (below).
         Counters a, b;
         {
             std::unique_lock<std::mutex> lk(pr.mu);
@@ -307,10 +310,17 @@ struct StreamBench {
             const auto at_b = b.decoded.find(task);
             window_tokens += static_cast<double>((at_b != b.decoded.end() ? at_b->second : n_predict) - n_at_a);
         }
-        if (queued) {  // and every token of the streams that had not started at a
-            window_tokens += static_cast<double>(n - static_cast<int>(a.decoded.size())) * n_predict;
-        }
         r.decode_tps = window_tokens / (b.seconds - a.seconds);
+        if (queued) {
+            // Every stream's tokens after its first, over the time some stream was decoding: a
+            // waiting request's prompt, while nothing else decodes, is not decode time.
+            std::vector<std::pair<double, double>> decoding;
+            for (size_t i = 0; i < done_seconds.size(); ++i) {
+                decoding.emplace_back(r.ttft_seconds[i], done_seconds[i]);
+            }
+            const double t = covered_seconds(decoding);
+            r.decode_tps = t > 0 ? static_cast<double>(n) * (n_predict - 1) / t : 0.0;
+        }
         r.step_seconds = (b.seconds - a.seconds) / r.steps;
         r.wait_per_step = (b.wait - a.wait) / r.steps;
         r.missed_per_step = (b.missed - a.missed) / r.steps;
@@ -414,6 +424,19 @@ int wait_until_serving(BackgroundProcess & p, double timeout_seconds) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+}
+
+double covered_seconds(std::vector<std::pair<double, double>> spans) {
+    std::sort(spans.begin(), spans.end());
+    double total = 0, end = -std::numeric_limits<double>::infinity();
+    for (const auto & [from, to] : spans) {
+        const double start = std::max(from, end);
+        if (to > start) {
+            total += to - start;
+        }
+        end = std::max(end, to);
+    }
+    return total;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -563,7 +586,9 @@ int run_stream_bench(const BenchOptions & o) {
     }
     out +=
         "tok/s: tokens of all streams per second of decode steps while every stream decodes (server counters), or, "
-        "where requests queue, from the first token to the last stream's end; gen: the streams epq serve lets "
+        "where requests queue, every stream's tokens after its first over the time some stream decodes (from each "
+        "one's first token to its end; a waiting request's prompt alone is not decode time); gen: the streams epq "
+        "serve lets "
         "generate at once at the end of the run (--decode-streams; its tuner lowers it while reads take most of the "
         "steps), the rest wait; e2e: every "
         "stream's tokens / the time from the requests sent to the last one done (prompts and waits included; stock "
