@@ -1,4 +1,4 @@
-// The stream tuner: how many requests generate at once, from the share of generation time spent
+// The stream tuner: how many requests generate at once, from the share of decode-step time spent
 // waiting on expert reads. The shares fed here are the ones epq bench --streams measured on the
 // 30B preset under 8 GiB (see stream_tuner.h); the expected levels follow from the rule stated there.
 #include "sched/stream_tuner.h"

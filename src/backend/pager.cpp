@@ -161,6 +161,7 @@ void Pager::run_chain(const std::vector<ggml_tensor *> & chain, const LayerLayou
             unpin_ready(run, ready);
         }
         finish_chain(run);
+        telemetry_.chain_ends();
     } catch (...) {
         store_.release(run.inflight);
         store_.release(run.adopted);
@@ -186,6 +187,7 @@ void Pager::route(ChainRun & run) {
     run.first = telemetry_.begin_chain(run.li, n_mm, run.layer.matrices.size());
     if (run.first && run.li == 0) {
         telemetry_.counters().tokens += static_cast<uint64_t>(ids->ne[1]);
+        telemetry_.batch_starts(static_cast<uint64_t>(ids->ne[1]));
     }
     const uint32_t n_expert = store_.n_expert();
     std::vector<int64_t> & rows = chain_.expert_rows();
@@ -376,6 +378,11 @@ void Pager::finish_chain(ChainRun & run) {
         }
     }
     store_.release(run.adopted);
+}
+
+void Pager::set_decode_batch_max(uint32_t n) {
+    std::lock_guard<std::mutex> lock(compute_mu_);
+    telemetry_.counters().decode_batch_max = std::max<uint32_t>(1, n);
 }
 
 PagerSnapshot Pager::stats() const {

@@ -61,6 +61,9 @@ public:
     ExpertSlotView hold_expert(int layer, int32_t expert) { return store_.hold(layer, expert); }
 
     void set_n_threads(int n) { chain_.set_n_threads(n); }
+    // Batches of at most `n` tokens are timed as decode steps (PagerSnapshot::decode_seconds):
+    // a server sets the most sequences it decodes at once. 1 by default.
+    void set_decode_batch_max(uint32_t n);
     // While on, the pager reads and computes nothing: every expert node's output is zeros. For
     // decodes whose outputs nobody reads (llama-server's start-up probe, which decodes 2 tokens
     // to learn whether the KV cache can drop a sequence's tail, then clears it): without this

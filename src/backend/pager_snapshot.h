@@ -48,7 +48,13 @@ struct PagerSnapshot {
     double read_wall_seconds = 0.0;  // with at least one read in flight
     double read_cpu_seconds = 0.0;   // CPU the read threads spent on the reads themselves
     double wait_seconds = 0.0;       // compute stalled on reads
-    double compute_seconds = 0.0;    // ggml computing the expert nodes (matmuls and what lies between)
+    // Decode steps: batches of at most decode_batch_max tokens (one per generating sequence),
+    // timed from layer 0's expert matmuls to the last layer's, and their share of the wait. The
+    // server's stream tuner reads them (sched/stream_tuner.h): a prompt's batches do not count.
+    uint32_t decode_batch_max = 1;
+    double decode_seconds = 0.0;
+    double decode_wait_seconds = 0.0;
+    double compute_seconds = 0.0;  // ggml computing the expert nodes (matmuls and what lies between)
     // Where the rest of the pager's time goes, each on its own clock, so that pager_seconds minus
     // all of them is what nothing accounts for.
     double pager_seconds = 0.0;       // wall time in the graph splits the pager computes

@@ -48,6 +48,20 @@ bool PagerTelemetry::begin_chain(size_t li, size_t n_mm, size_t n_matrices) {
     return first_op_of_layer;
 }
 
+void PagerTelemetry::batch_starts(uint64_t tokens) {
+    if (batch_tokens_ > 0 && batch_tokens_ <= stats_.decode_batch_max && last_chain_end_ > batch_start_) {
+        stats_.decode_seconds += std::chrono::duration<double>(last_chain_end_ - batch_start_).count();
+        stats_.decode_wait_seconds += stats_.wait_seconds - batch_wait0_;
+    }
+    batch_tokens_ = tokens;
+    batch_start_ = std::chrono::steady_clock::now();
+    batch_wait0_ = stats_.wait_seconds;
+}
+
+void PagerTelemetry::chain_ends() {
+    last_chain_end_ = std::chrono::steady_clock::now();
+}
+
 void PagerTelemetry::count_reread(size_t li, uint32_t e) {
     uint64_t & last = read_in_batch_[li * n_expert_ + e];
     stats_.rereads += last == layer_batches_[li];

@@ -12,6 +12,7 @@
 
 #include "ggml.h"
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,6 +36,10 @@ public:
     // Returns whether it is the layer's first for this batch: a batch runs each layer's matrices
     // once, in one chain or several when the scheduler cuts it.
     bool begin_chain(size_t li, size_t n_mm, size_t n_matrices);
+    // A batch of `tokens` reaches layer 0's experts; the one before it ended with its last chain.
+    // Times decode steps (PagerSnapshot::decode_seconds).
+    void batch_starts(uint64_t tokens);
+    void chain_ends();
     // Counts a demand read of expert `e` of layer `li` that the same batch already read once.
     void count_reread(size_t li, uint32_t e);
     // Records the router's choice (`ids`: n_expert_used x tokens, I32) for the trace, once per
@@ -52,6 +57,10 @@ private:
     std::vector<uint64_t> layer_batches_;  // batches seen per layer
     std::vector<uint64_t> read_in_batch_;  // [layer x expert]: the batch it was last read in, + 1
     ExpertActivity activity_;
+    // The batch being timed: its size, when it reached layer 0, the wait total then, the last chain's end.
+    uint64_t batch_tokens_ = 0;
+    std::chrono::steady_clock::time_point batch_start_, last_chain_end_;
+    double batch_wait0_ = 0.0;
     std::unique_ptr<TraceWriter> trace_;
     uint64_t trace_step_ = 0, trace_token_ = 0, trace_step_tokens_ = 0;
 };

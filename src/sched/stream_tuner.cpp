@@ -9,7 +9,7 @@ namespace {
 
 std::string window_text(double share, double seconds, int before, int after) {
     char buf[160];
-    std::snprintf(buf, sizeof buf, "%d -> %d: reads took %.0f%% of the last %.1f s of generation", before, after,
+    std::snprintf(buf, sizeof buf, "%d -> %d: reads took %.0f%% of the last %.1f s of decode steps", before, after,
                   share * 100.0, seconds);
     return buf;
 }
@@ -21,19 +21,19 @@ StreamTuner::StreamTuner(int max_streams, StreamTunerOptions o) : o_(o) {
     s_.streams = std::clamp(o_.start_streams, 1, s_.max_streams);
 }
 
-int StreamTuner::observe(double busy_seconds, double read_wait_seconds) {
+int StreamTuner::observe(double decode_seconds, double read_wait_seconds) {
     if (!started_) {
         started_ = true;
-        busy0_ = busy_seconds;
+        busy0_ = decode_seconds;
         wait0_ = read_wait_seconds;
         return s_.streams;
     }
-    const double busy = busy_seconds - busy0_;
+    const double busy = decode_seconds - busy0_;
     if (busy < o_.window_seconds) {
         return s_.streams;
     }
     const double share = std::clamp((read_wait_seconds - wait0_) / busy, 0.0, 1.0);
-    busy0_ = busy_seconds;
+    busy0_ = decode_seconds;
     wait0_ = read_wait_seconds;
     s_.last_share = share;
     hold_left_ = std::max(0, hold_left_ - 1);

@@ -11,7 +11,8 @@
 // reuse), one stream waited 32% and decoded 2.7, two waited 65% and decoded 2.2 together; the
 // 35B preset waited 0-9% at 1-4 streams and rose from 4.4 to 6.9 tok/s.
 //
-// The tuner reads that share, time blocked on reads over time with a request generating, over
+// The tuner reads that share, time blocked on reads over the time in decode steps (a prompt's
+// batches are left out: they read what the prompt selects, whatever else generates), over
 // windows of a few seconds: above `lower_above` it lets one stream fewer generate, below
 // `raise_below` one more (up to the arena's figure), in between it holds. It starts at one
 // stream: a request admitted runs to its end, so a level that turns out too high costs whole
@@ -26,7 +27,7 @@
 namespace epq {
 
 struct StreamTunerOptions {
-    double window_seconds = 5.0;  // time with a request generating that one decision looks at
+    double window_seconds = 5.0;  // time in decode steps that one decision looks at
     double lower_above = 0.5;     // read-wait share above which a stream fewer generates
     double raise_below = 0.25;    // read-wait share below which a stream more may generate
     int max_hold_windows = 32;    // the longest wait before a level that was left is tried again
@@ -38,9 +39,9 @@ public:
     // Between 1 and `max_streams` (the arena's figure), starting at o.start_streams.
     explicit StreamTuner(int max_streams, StreamTunerOptions o = {});
 
-    // One observation of two running totals: seconds with at least one request generating, and
-    // seconds compute waited on expert reads. Returns the number of streams to admit now.
-    int observe(double busy_seconds, double read_wait_seconds);
+    // One observation of two running totals: seconds in decode steps, and the seconds of them
+    // spent waiting on expert reads. Returns the number of streams to admit now.
+    int observe(double decode_seconds, double read_wait_seconds);
 
     struct Status {
         int streams = 1;

@@ -183,9 +183,16 @@ void plan_decode_streams(const common_params & params, PagedServe & ps) {
     }
     ps.gate = std::make_shared<StreamGate>(c.streams);
     if (tuned) {
-        const Pager * pager = &ps.model->pager();
+        Pager * pager = &ps.model->pager();
+        // A decode step holds one token per generating request: at most the gate's ceiling.
+        pager->set_decode_batch_max(static_cast<uint32_t>(c.streams));
         ps.tuning = std::make_unique<StreamTuning>(
-            ps.gate, [pager] { return pager->stats().wait_seconds; }, note);
+            ps.gate,
+            [pager] {
+                const PagerSnapshot s = pager->stats();
+                return StreamTuning::DecodeTime{s.decode_seconds, s.decode_wait_seconds};
+            },
+            note);
     }
 }
 

@@ -4,10 +4,10 @@
 
 namespace epq::server {
 
-StreamTuning::StreamTuning(std::shared_ptr<StreamGate> gate, std::function<double()> read_wait_seconds,
+StreamTuning::StreamTuning(std::shared_ptr<StreamGate> gate, std::function<DecodeTime()> decode_time,
                            std::function<void(const std::string &)> log)
     : gate_(std::move(gate)),
-      read_wait_seconds_(std::move(read_wait_seconds)),
+      decode_time_(std::move(decode_time)),
       log_(std::move(log)),
       tuner_(gate_->counters().max_capacity),
       thread_([this] { loop(); }) {
@@ -37,14 +37,13 @@ void StreamTuning::loop() {
             }
         }
         // Sampled outside the lock: the pager's statistics may wait for a layer to finish.
-        const double busy = gate_->counters().busy_seconds;
-        const double wait = read_wait_seconds_();
+        const DecodeTime t = decode_time_();
         int streams = 0;
         std::string said;
         {
             std::lock_guard<std::mutex> lk(mu_);
             const uint64_t changes = tuner_.status().lowered + tuner_.status().raised;
-            streams = tuner_.observe(busy, wait);
+            streams = tuner_.observe(t.seconds, t.read_wait_seconds);
             if (tuner_.status().lowered + tuner_.status().raised != changes) {
                 said = "decode streams " + tuner_.status().last_change;
             }

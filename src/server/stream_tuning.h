@@ -1,6 +1,7 @@
 // The stream tuner (sched/stream_tuner.h) run beside `epq serve`: a thread that reads, about
-// twice a second, the gate's time with a request generating and the pager's time waiting on
-// reads, and sets the gate's capacity to what the tuner decides. Each change is said in the log.
+// twice a second, the pager's time in decode steps and the part of it spent waiting on reads
+// (prompts' batches are left out: they read what a prompt selects, however many generate), and
+// sets the gate's capacity to what the tuner decides. Each change is said in the log.
 #pragma once
 
 #include "sched/stream_gate.h"
@@ -17,8 +18,11 @@ namespace epq::server {
 
 class StreamTuning {
 public:
-    // `read_wait_seconds`: the pager's running total of time compute waited on reads.
-    StreamTuning(std::shared_ptr<StreamGate> gate, std::function<double()> read_wait_seconds,
+    // Running totals of the time in decode steps and of the time they waited on reads.
+    struct DecodeTime {
+        double seconds = 0, read_wait_seconds = 0;
+    };
+    StreamTuning(std::shared_ptr<StreamGate> gate, std::function<DecodeTime()> decode_time,
                  std::function<void(const std::string &)> log);
     ~StreamTuning();  // stops and joins the thread
     StreamTuning(const StreamTuning &) = delete;
@@ -30,7 +34,7 @@ private:
     void loop();
 
     std::shared_ptr<StreamGate> gate_;
-    std::function<double()> read_wait_seconds_;
+    std::function<DecodeTime()> decode_time_;
     std::function<void(const std::string &)> log_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
