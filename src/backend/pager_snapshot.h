@@ -49,7 +49,8 @@ struct PagerSnapshot {
     double read_cpu_seconds = 0.0;   // CPU the read threads spent on the reads themselves
     double wait_seconds = 0.0;       // compute stalled on reads
     // Decode steps: batches of at most decode_batch_max tokens (one per generating sequence),
-    // timed from layer 0's expert matmuls to the last layer's, and their share of the wait. The
+    // timed from layer 0's expert matmuls to the last layer's, and the time in them blocked on
+    // reads (wait_seconds and prefetch_wait_seconds: misses, and guesses settled). The
     // server's stream tuner reads them (sched/stream_tuner.h): a prompt's batches do not count.
     uint32_t decode_batch_max = 1;
     double decode_seconds = 0.0;

@@ -48,14 +48,19 @@ bool PagerTelemetry::begin_chain(size_t li, size_t n_mm, size_t n_matrices) {
     return first_op_of_layer;
 }
 
+// Blocked on reads: a layer's own misses, and the guessed reads it settles before it starts.
+double PagerTelemetry::read_waits() const {
+    return stats_.wait_seconds + stats_.prefetch_wait_seconds;
+}
+
 void PagerTelemetry::batch_starts(uint64_t tokens) {
     if (batch_tokens_ > 0 && batch_tokens_ <= stats_.decode_batch_max && last_chain_end_ > batch_start_) {
         stats_.decode_seconds += std::chrono::duration<double>(last_chain_end_ - batch_start_).count();
-        stats_.decode_wait_seconds += stats_.wait_seconds - batch_wait0_;
+        stats_.decode_wait_seconds += read_waits() - batch_wait0_;
     }
     batch_tokens_ = tokens;
     batch_start_ = std::chrono::steady_clock::now();
-    batch_wait0_ = stats_.wait_seconds;
+    batch_wait0_ = read_waits();
 }
 
 void PagerTelemetry::chain_ends() {

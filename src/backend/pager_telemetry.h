@@ -51,6 +51,8 @@ public:
     void flush_trace();
 
 private:
+    double read_waits() const;
+
     PagerSnapshot stats_;
     uint32_t n_expert_ = 0;
     std::vector<uint64_t> layer_ops_;      // expert matmuls served per layer
