@@ -290,14 +290,6 @@ TEST(Bench, ReportsEveryFigureAsJsonAndAPlot) {
     }
 }
 
-TEST(Bench, DecodeTimeIsTheUnionOfTheStreamsSpans) {
-    EXPECT_EQ(covered_seconds({}), 0.0);
-    // Two overlapping streams, a gap while a third one's prompt runs, then the third.
-    EXPECT_DOUBLE_EQ(covered_seconds({{7.0, 9.0}, {1.0, 4.0}, {2.0, 5.0}}), 6.0);
-    EXPECT_DOUBLE_EQ(covered_seconds({{1.0, 6.0}, {2.0, 3.0}}), 5.0);  // one inside another
-    EXPECT_DOUBLE_EQ(covered_seconds({{3.0, 3.0}, {5.0, 4.0}}), 0.0);  // empty or reversed
-}
-
 TEST(Bench, PercentilesAndMetricsParsing) {
     EXPECT_EQ(percentile({}, 50), 0.0);
     EXPECT_EQ(percentile({3.0}, 95), 3.0);

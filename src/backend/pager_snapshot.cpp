@@ -48,6 +48,7 @@ nlohmann::json PagerSnapshot::to_json() const {
     j["read_cpu_seconds_per_gib"] = ratio(read_cpu_seconds, double(bytes_read) / double(1ull << 30));
     j["read_wait_seconds"] = wait_seconds;
     j["decode_batch_max_tokens"] = decode_batch_max;
+    j["decode_step_tokens"] = decode_tokens;
     j["decode_step_seconds"] = decode_seconds;
     j["decode_step_read_wait_seconds"] = decode_wait_seconds;
     j["expert_compute_seconds"] = compute_seconds;

@@ -53,6 +53,7 @@ struct PagerSnapshot {
     // reads (wait_seconds and prefetch_wait_seconds: misses, and guesses settled). The
     // server's stream tuner reads them (sched/stream_tuner.h): a prompt's batches do not count.
     uint32_t decode_batch_max = 1;
+    uint64_t decode_tokens = 0;
     double decode_seconds = 0.0;
     double decode_wait_seconds = 0.0;
     double compute_seconds = 0.0;  // ggml computing the expert nodes (matmuls and what lies between)

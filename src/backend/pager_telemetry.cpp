@@ -55,6 +55,7 @@ double PagerTelemetry::read_waits() const {
 
 void PagerTelemetry::batch_starts(uint64_t tokens) {
     if (batch_tokens_ > 0 && batch_tokens_ <= stats_.decode_batch_max && last_chain_end_ > batch_start_) {
+        stats_.decode_tokens += batch_tokens_;
         stats_.decode_seconds += std::chrono::duration<double>(last_chain_end_ - batch_start_).count();
         stats_.decode_wait_seconds += read_waits() - batch_wait0_;
     }

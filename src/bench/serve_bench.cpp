@@ -38,15 +38,21 @@ double seconds_since(Clock::time_point t0) {
 // The counters the window needs: llama-server's from /metrics, the pager's from /epq/metrics.
 struct Counters {
     double tokens = 0, seconds = 0, steps = 0, missed = 0, read = 0, wait = 0, hits = 0, misses = 0, arena = 0;
-    std::map<int64_t, int64_t> decoded;  // task id -> tokens it has generated (/slots), busy slots only
+    double decode_tokens = 0, decode_seconds = 0;  // the pager's decode-step clock
+    std::map<int64_t, int64_t> decoded;            // task id -> tokens it has generated (/slots), busy slots only
 };
 
 Counters counters_of(const std::string & text) {
     static const std::pair<const char *, double Counters::*> kNames[] = {
-        {"llamacpp:n_decode_total", &Counters::steps}, {"epq:missed_expert_bytes_total", &Counters::missed},
-        {"epq:bytes_read_total", &Counters::read},     {"epq:read_wait_seconds_total", &Counters::wait},
-        {"epq:arena_hits_total", &Counters::hits},     {"epq:arena_misses_total", &Counters::misses},
-        {"epq:arena_bytes", &Counters::arena}};
+        {"llamacpp:n_decode_total", &Counters::steps},
+        {"epq:missed_expert_bytes_total", &Counters::missed},
+        {"epq:bytes_read_total", &Counters::read},
+        {"epq:read_wait_seconds_total", &Counters::wait},
+        {"epq:arena_hits_total", &Counters::hits},
+        {"epq:arena_misses_total", &Counters::misses},
+        {"epq:arena_bytes", &Counters::arena},
+        {"epq:decode_step_tokens_total", &Counters::decode_tokens},
+        {"epq:decode_step_seconds_total", &Counters::decode_seconds}};
     Counters c;
     for (const auto & [name, v] : parse_metrics_text(text)) {
         for (const auto & [want, field] : kNames) {
@@ -73,8 +79,8 @@ struct Progress {
     std::string error;
 };
 
-// One streaming /v1/completions request; records its time to first token and to its end.
-void stream_one(int port, const json & body, Progress & pr, double & ttft, double & done) {
+// One streaming /v1/completions request; records its time to first token.
+void stream_one(int port, const json & body, Progress & pr, double & ttft) {
     httplib::Client cli("127.0.0.1", port);
     cli.set_read_timeout(24 * 3600, 0);
     cli.set_write_timeout(60, 0);
@@ -107,7 +113,6 @@ void stream_one(int port, const json & body, Progress & pr, double & ttft, doubl
         return true;
     };
     const auto res = cli.send(req);
-    done = seconds_since(t0);
     std::lock_guard<std::mutex> lk(pr.mu);
     if (!res || res->status != 200) {
         pr.error = !res ? "request failed: " + httplib::to_string(res.error())
@@ -218,7 +223,6 @@ struct StreamBench {
         // Every stream its own stretch of the text (no prompt cache shared between them).
         Progress pr;
         r.ttft_seconds.assign(static_cast<size_t>(n), 0.0);
-        std::vector<double> done_seconds(static_cast<size_t>(n), 0.0);
         std::vector<std::thread> clients;
         const int n_predict = mode == Mode::stock ? o.n_decode_stock : o.n_decode;
         for (int i = 0; i < n; ++i) {
@@ -232,8 +236,8 @@ struct StreamBench {
                                {"ignore_eos", true},
                                {"temperature", 0},
                                {"stream", true}};
-            clients.emplace_back(stream_one, port, body, std::ref(pr), std::ref(r.ttft_seconds[static_cast<size_t>(i)]),
-                                 std::ref(done_seconds[static_cast<size_t>(i)]));
+            clients.emplace_back(stream_one, port, body, std::ref(pr),
+                                 std::ref(r.ttft_seconds[static_cast<size_t>(i)]));
         }
         // llama-server counts a request's generated tokens when it ends, so the window reads
         // each busy slot's tokens so far from /slots and the decode steps from /metrics
@@ -259,8 +263,8 @@ struct StreamBench {
             return c;
         };
         // Every stream at once: the window is while all decode, from their first tokens to the
-        // first one's end. Queued: the server's counters from the first token to the last stream's
-        // end, and tok/s over the time some stream decodes (below).
+        // first one's end. Queued: from the first token to the last stream's end, and tok/s from
+        // the pager's decode steps (below).
         Counters a, b;
         {
             std::unique_lock<std::mutex> lk(pr.mu);
@@ -312,14 +316,10 @@ struct StreamBench {
         }
         r.decode_tps = window_tokens / (b.seconds - a.seconds);
         if (queued) {
-            // Every stream's tokens after its first, over the time some stream was decoding: a
-            // waiting request's prompt, while nothing else decodes, is not decode time.
-            std::vector<std::pair<double, double>> decoding;
-            for (size_t i = 0; i < done_seconds.size(); ++i) {
-                decoding.emplace_back(r.ttft_seconds[i], done_seconds[i]);
-            }
-            const double t = covered_seconds(decoding);
-            r.decode_tps = t > 0 ? static_cast<double>(n) * (n_predict - 1) / t : 0.0;
+            // Requests come and go: the pager's decode steps (batches of one token per stream,
+            // a prompt's left out) over their own time, from the first token to the last.
+            const double t = b.decode_seconds - a.decode_seconds;
+            r.decode_tps = t > 0 ? (b.decode_tokens - a.decode_tokens) / t : 0.0;
         }
         r.step_seconds = (b.seconds - a.seconds) / r.steps;
         r.wait_per_step = (b.wait - a.wait) / r.steps;
@@ -424,19 +424,6 @@ int wait_until_serving(BackgroundProcess & p, double timeout_seconds) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-}
-
-double covered_seconds(std::vector<std::pair<double, double>> spans) {
-    std::sort(spans.begin(), spans.end());
-    double total = 0, end = -std::numeric_limits<double>::infinity();
-    for (const auto & [from, to] : spans) {
-        const double start = std::max(from, end);
-        if (to > start) {
-            total += to - start;
-        }
-        end = std::max(end, to);
-    }
-    return total;
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -586,9 +573,9 @@ int run_stream_bench(const BenchOptions & o) {
     }
     out +=
         "tok/s: tokens of all streams per second of decode steps while every stream decodes (server counters), or, "
-        "where requests queue, every stream's tokens after its first over the time some stream decodes (from each "
-        "one's first token to its end; a waiting request's prompt alone is not decode time); gen: the streams epq "
-        "serve lets "
+        "where requests queue, the tokens of epq's decode steps (one token per stream; prompts' batches left out) per "
+        "second of them, from layer 0's experts to the last layer's (epq:decode_step_*); gen: the streams epq serve "
+        "lets "
         "generate at once at the end of the run (--decode-streams; its tuner lowers it while reads take most of the "
         "steps), the rest wait; e2e: every "
         "stream's tokens / the time from the requests sent to the last one done (prompts and waits included; stock "

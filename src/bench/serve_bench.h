@@ -30,7 +30,7 @@ struct StreamRun {
     int generating = 0;                // of them, how many the server lets generate at once (at the end)
     int generating_at_start = 0;       // when the server's tuner changed that during the run (else 0)
     std::vector<double> ttft_seconds;  // one per stream
-    double decode_tps = 0;       // aggregate: while all streams generate, or (queued) over the time any one decodes
+    double decode_tps = 0;       // aggregate: while all streams generate, or (queued) over the pager's decode steps
     double all_seconds = 0;      // from the requests sent to the last one done
     double end_to_end_tps = 0;   // every stream's tokens / all_seconds (prompts and waits included)
     double steps = 0;            // decode steps in the window
@@ -46,9 +46,6 @@ struct StreamRun {
 // stderr, then " ready in ") and returns the port. Throws epq::Error when it exits first or
 // `timeout_seconds` pass.
 int wait_until_serving(BackgroundProcess & p, double timeout_seconds);
-
-// The length of the union of [from, to] spans (overlaps counted once, empty spans ignored).
-double covered_seconds(std::vector<std::pair<double, double>> spans);
 
 // Nearest-rank percentile (p in 0..100) of `v`; 0 when empty.
 double percentile(std::vector<double> v, double p);

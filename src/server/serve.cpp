@@ -178,14 +178,14 @@ void plan_decode_streams(const common_params & params, PagedServe & ps) {
                 : "") +
          (c.streams < f.n_parallel || tuned ? "; later requests wait in arrival order (--decode-streams to choose)"
                                             : ""));
+    // A decode step holds one token per generating request: at most this many.
+    ps.model->pager().set_decode_batch_max(static_cast<uint32_t>(c.streams));
     if (c.streams >= f.n_parallel && !tuned) {
         return;
     }
     ps.gate = std::make_shared<StreamGate>(c.streams);
     if (tuned) {
-        Pager * pager = &ps.model->pager();
-        // A decode step holds one token per generating request: at most the gate's ceiling.
-        pager->set_decode_batch_max(static_cast<uint32_t>(c.streams));
+        const Pager * pager = &ps.model->pager();
         ps.tuning = std::make_unique<StreamTuning>(
             ps.gate,
             [pager] {
