@@ -315,11 +315,12 @@ struct StreamBench {
             window_tokens += static_cast<double>((at_b != b.decoded.end() ? at_b->second : n_predict) - n_at_a);
         }
         r.decode_tps = window_tokens / (b.seconds - a.seconds);
+        // The pager's decode steps (batches of one token per stream, a prompt's left out) over
+        // their own time: every epq row has it, so rows where requests come and go compare.
+        const double step_time = b.decode_seconds - a.decode_seconds;
+        r.decode_step_tps = step_time > 0 ? (b.decode_tokens - a.decode_tokens) / step_time : 0.0;
         if (queued) {
-            // Requests come and go: the pager's decode steps (batches of one token per stream,
-            // a prompt's left out) over their own time, from the first token to the last.
-            const double t = b.decode_seconds - a.decode_seconds;
-            r.decode_tps = t > 0 ? (b.decode_tokens - a.decode_tokens) / t : 0.0;
+            r.decode_tps = r.decode_step_tps;
         }
         r.step_seconds = (b.seconds - a.seconds) / r.steps;
         r.wait_per_step = (b.wait - a.wait) / r.steps;
@@ -373,6 +374,7 @@ StreamRun median_run(const std::vector<StreamRun> & runs) {
     m.end_to_end_tps = med(&StreamRun::end_to_end_tps);
     m.steps = med(&StreamRun::steps);
     m.step_seconds = med(&StreamRun::step_seconds);
+    m.decode_step_tps = med(&StreamRun::decode_step_tps);
     m.wait_per_step = med(&StreamRun::wait_per_step);
     m.missed_per_step = med(&StreamRun::missed_per_step);
     m.read_per_step = med(&StreamRun::read_per_step);
@@ -388,6 +390,7 @@ json run_json(const StreamRun & r) {
             {"generating", r.generating},
             {"generating_at_start", r.generating_at_start > 0 ? json(r.generating_at_start) : json(nullptr)},
             {"decode_tps", r.decode_tps},
+            {"decode_step_tps", r.decode_step_tps},
             {"all_seconds", r.all_seconds},
             {"end_to_end_tps", r.end_to_end_tps},
             {"ttft_seconds", r.ttft_seconds},
@@ -550,8 +553,9 @@ int run_stream_bench(const BenchOptions & o) {
                       : std::string("estimated (RAM cannot hold every expert)")) +
            "\n";
     char line[512];
-    std::snprintf(line, sizeof line, "%-6s %7s %5s %10s %10s %11s %7s %10s %10s %15s %15s %7s %12s %11s %10s %8s\n",
-                  "cap", "streams", "gen", "arena", "epq tok/s", "stock tok/s", "ratio", "epq e2e", "stock e2e",
+    std::snprintf(line, sizeof line,
+                  "%-6s %7s %5s %10s %10s %10s %11s %7s %10s %10s %15s %15s %7s %12s %11s %10s %8s\n", "cap", "streams",
+                  "gen", "arena", "epq tok/s", "epq steps", "stock tok/s", "ratio", "epq e2e", "stock e2e",
                   "epq TTFT p50/95", "stk TTFT p50/95", "hit", "missed/step", "compute/st", "roofline", "of roof");
     out += line;
     for (const auto & r : rows) {
@@ -561,19 +565,21 @@ int run_stream_bench(const BenchOptions & o) {
         const std::string s_ttft = r.stock.ok ? format_number("%.2f", percentile(r.stock.ttft_seconds, 50)) + "/" +
                                                     format_number("%.2f", percentile(r.stock.ttft_seconds, 95)) + " s"
                                               : (o.stock ? "failed" : "-");
-        std::snprintf(
-            line, sizeof line,
-            "%-6s %7d %5d %10s %10.2f %11.2f %6.1fx %10.2f %10.2f %15s %15s %6.1f%% %12s %8.1f ms %10.2f %7.0f%%\n",
-            r.cap.c_str(), r.n, r.epq.generating, format_bytes(r.epq.arena_bytes).c_str(), r.epq.decode_tps,
-            r.stock.decode_tps, r.stock.decode_tps > 0 ? r.epq.decode_tps / r.stock.decode_tps : 0.0,
-            r.epq.end_to_end_tps, r.stock.end_to_end_tps, e_ttft.c_str(), s_ttft.c_str(), 100.0 * r.epq.hit_rate,
-            format_bytes(static_cast<uint64_t>(r.epq.missed_per_step)).c_str(), 1000.0 * r.compute_step, r.roofline,
-            r.roofline > 0 ? 100.0 * r.epq.decode_tps / r.roofline : 0.0);
+        std::snprintf(line, sizeof line,
+                      "%-6s %7d %5d %10s %10.2f %10.2f %11.2f %6.1fx %10.2f %10.2f %15s %15s %6.1f%% %12s %8.1f ms "
+                      "%10.2f %7.0f%%\n",
+                      r.cap.c_str(), r.n, r.epq.generating, format_bytes(r.epq.arena_bytes).c_str(), r.epq.decode_tps,
+                      r.epq.decode_step_tps, r.stock.decode_tps,
+                      r.stock.decode_tps > 0 ? r.epq.decode_tps / r.stock.decode_tps : 0.0, r.epq.end_to_end_tps,
+                      r.stock.end_to_end_tps, e_ttft.c_str(), s_ttft.c_str(), 100.0 * r.epq.hit_rate,
+                      format_bytes(static_cast<uint64_t>(r.epq.missed_per_step)).c_str(), 1000.0 * r.compute_step,
+                      r.roofline, r.roofline > 0 ? 100.0 * r.epq.decode_tps / r.roofline : 0.0);
         out += line;
     }
     out +=
         "tok/s: tokens of all streams per second of decode steps while every stream decodes (server counters), or, "
-        "where requests queue, the tokens of epq's decode steps (one token per stream; prompts' batches left out) per "
+        "where requests queue, the steps figure; steps: the tokens of epq's decode steps (one token per stream; "
+        "prompts' batches left out) per "
         "second of them, from layer 0's experts to the last layer's (epq:decode_step_*); gen: the streams epq serve "
         "lets "
         "generate at once at the end of the run (--decode-streams; its tuner lowers it while reads take most of the "

@@ -31,6 +31,7 @@ struct StreamRun {
     int generating_at_start = 0;       // when the server's tuner changed that during the run (else 0)
     std::vector<double> ttft_seconds;  // one per stream
     double decode_tps = 0;       // aggregate: while all streams generate, or (queued) over the pager's decode steps
+    double decode_step_tps = 0;  // epq: tokens of the pager's decode steps per second of them (0: stock)
     double all_seconds = 0;      // from the requests sent to the last one done
     double end_to_end_tps = 0;   // every stream's tokens / all_seconds (prompts and waits included)
     double steps = 0;            // decode steps in the window
