@@ -18,7 +18,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -579,11 +578,9 @@ int run_stream_bench(const BenchOptions & o) {
     out +=
         "tok/s: tokens of all streams per second of decode steps while every stream decodes (server counters), or, "
         "where requests queue, the steps figure; steps: the tokens of epq's decode steps (one token per stream; "
-        "prompts' batches left out) per "
-        "second of them, from layer 0's experts to the last layer's (epq:decode_step_*); gen: the streams epq serve "
-        "lets "
-        "generate at once at the end of the run (--decode-streams; its tuner lowers it while reads take most of the "
-        "steps), the rest wait; e2e: every "
+        "prompts' batches left out) per second of them, from layer 0's experts to the last layer's "
+        "(epq:decode_step_*); gen: the streams epq serve lets generate at once at the end of the run "
+        "(--decode-streams; its tuner lowers it while reads take most of the steps), the rest wait; e2e: every "
         "stream's tokens / the time from the requests sent to the last one done (prompts and waits included; stock "
         "generates fewer tokens per stream); roofline = generating streams / max(compute s/step, missed expert "
         "bytes/step / read bandwidth)\n";

@@ -21,8 +21,7 @@ StreamCapacity streams_that_fit(const StreamFit & f) {
 }
 
 StreamGate::StreamGate(int capacity) : capacity_(std::max(1, capacity)) {
-    c_.capacity = capacity_;
-    c_.max_capacity = capacity_;
+    c_.max_capacity = capacity_;  // c_.capacity is filled from capacity_ by counters()
 }
 
 void StreamGate::set_capacity(int capacity) {

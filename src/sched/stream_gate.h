@@ -3,10 +3,11 @@
 // Under a memory cap every decode step of every generating request needs its experts in the
 // arena. One stream's recent experts fit; the union of many streams' does not, and then each
 // step evicts what the next needs (measured on the 30B preset under 8 GiB with every slot
-// generating: 1 stream 6.61 tok/s, 8 streams 3.44 tok/s together). llama-server forms each step's batch from every
-// generating slot inside its server library, where epq has no hook; so the requests are admitted at the HTTP layer
-// instead: at most `capacity` of them run at once, the rest wait in arrival order, and aggregate decode stays at what
-// the arena sustains. Pure: no llama.cpp here.
+// generating: 1 stream 6.61 tok/s, 8 streams 3.44 tok/s together). llama-server forms each
+// step's batch from every generating slot inside its server library, where epq has no hook; so
+// the requests are admitted at the HTTP layer instead: at most `capacity` of them run at once,
+// the rest wait in arrival order, and aggregate decode stays at what the arena sustains. Pure:
+// no llama.cpp here.
 #pragma once
 
 #include <chrono>

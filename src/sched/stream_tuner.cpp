@@ -24,16 +24,16 @@ StreamTuner::StreamTuner(int max_streams, StreamTunerOptions o) : o_(o) {
 int StreamTuner::observe(double decode_seconds, double read_wait_seconds) {
     if (!started_) {
         started_ = true;
-        busy0_ = decode_seconds;
+        decode0_ = decode_seconds;
         wait0_ = read_wait_seconds;
         return s_.streams;
     }
-    const double busy = decode_seconds - busy0_;
-    if (busy < o_.window_seconds) {
+    const double window = decode_seconds - decode0_;
+    if (window < o_.window_seconds) {
         return s_.streams;
     }
-    const double share = std::clamp((read_wait_seconds - wait0_) / busy, 0.0, 1.0);
-    busy0_ = decode_seconds;
+    const double share = std::clamp((read_wait_seconds - wait0_) / window, 0.0, 1.0);
+    decode0_ = decode_seconds;
     wait0_ = read_wait_seconds;
     s_.last_share = share;
     hold_left_ = std::max(0, hold_left_ - 1);
@@ -43,12 +43,12 @@ int StreamTuner::observe(double decode_seconds, double read_wait_seconds) {
         ++s_.lowered;
         hold_left_ = hold_;
         hold_ = std::min(hold_ * 2, o_.max_hold_windows);
-        s_.last_change = window_text(share, busy, before, s_.streams);
+        s_.last_change = window_text(share, window, before, s_.streams);
     } else if (share < o_.raise_below && s_.streams < s_.max_streams && hold_left_ == 0) {
         ++s_.streams;
         ++s_.raised;
         probing_ = true;
-        s_.last_change = window_text(share, busy, before, s_.streams);
+        s_.last_change = window_text(share, window, before, s_.streams);
         return s_.streams;
     }
     if (probing_ && s_.streams >= before) {

@@ -6,10 +6,11 @@
 // expert one of them misses is read for it alone, and reads do not get faster with company. So
 // while a step is mostly compute, more streams raise the aggregate; once it is mostly waiting on
 // reads, another stream adds its reads and its evictions and the aggregate falls. Measured on the
-// 30B preset under 8 GiB, 2 threads (epq bench --streams): realistic routing, 2 streams waited on
-// reads for 5-8% of each step and decoded 7.2 tok/s together, as fast as one; flat routing (little
-// reuse), one stream waited 32% and decoded 2.7, two waited 65% and decoded 2.2 together; the
-// 35B preset waited 0-9% at 1-4 streams and rose from 4.4 to 6.9 tok/s.
+// 30B preset under 8 GiB, 2 threads (epq bench --streams; a layer's own misses only): realistic
+// routing, 2 streams waited on reads for 5-8% of each step and decoded 7.2 tok/s together, as
+// fast as one; flat routing (little reuse), one stream waited 32% (66% counting the guessed reads
+// a layer settles first) and decoded 2.7, two waited 65% and decoded 2.2 together; the 35B preset
+// waited 0-9% at 1-4 streams and rose from 4.4 to 6.9 tok/s.
 //
 // The tuner reads that share, time blocked on reads over the time in decode steps (a prompt's
 // batches are left out: they read what the prompt selects, whatever else generates), over
@@ -56,8 +57,8 @@ private:
     StreamTunerOptions o_;
     Status s_;
     bool started_ = false;
-    double busy0_ = 0, wait0_ = 0;  // the totals when the current window began
-    int hold_ = 1;                  // windows to wait before raising to a level that was left
+    double decode0_ = 0, wait0_ = 0;  // the totals when the current window began
+    int hold_ = 1;                    // windows to wait before raising to a level that was left
     int hold_left_ = 0;
     bool probing_ = false;  // the last window raised the level
 };

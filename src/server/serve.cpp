@@ -56,7 +56,7 @@ struct PagedServe {
     PagerFlags flags;
     std::chrono::steady_clock::time_point start;
     std::shared_ptr<StreamGate> gate;  // null: every slot generates at once, as in llama-server
-    // With --decode-streams auto under a cap: lowers the gate while reads dominate the steps.
+    // With --decode-streams auto under a cap: sets the gate from the decode steps' read wait.
     // Declared last, so its thread stops before the pager it reads goes.
     std::unique_ptr<StreamTuning> tuning;
 };
@@ -174,7 +174,7 @@ void plan_decode_streams(const common_params & params, PagedServe & ps) {
     const bool tuned = asked == 0 && !ap.holds_everything && c.streams > 1;
     note("decode streams: " + std::string(tuned ? "up to " : "") + std::to_string(c.streams) + " of " +
          std::to_string(f.n_parallel) + " slots generate at once (" + c.why + ")" +
-         (tuned ? "; from 1, one more while reads take under a quarter of the time generating, one fewer over a half"
+         (tuned ? "; from 1, one more while reads take under a quarter of the decode steps' time, one fewer over a half"
                 : "") +
          (c.streams < f.n_parallel || tuned ? "; later requests wait in arrival order (--decode-streams to choose)"
                                             : ""));
