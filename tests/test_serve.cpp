@@ -392,6 +392,20 @@ TEST(Serve, ReadBoundStepsKeepOneRequestGenerating) {
     const json pager = json::parse(c.Get("/epq/stats")->body)["pager"];
     EXPECT_GE(pager["decode_step_seconds"].get<double>(), 5.0) << pager.dump() << ": no whole window was measured";
     EXPECT_EQ(pager["decode_batch_max_tokens"], 2);
+    // What the steps looked up, by the model's shape: each step of one or two tokens selects
+    // top-k to 2 x top-k distinct experts in each MoE layer, and a 10 MiB arena misses some.
+    const SynthShape shape = tiny("qwen3moe").shape;
+    const uint64_t per_token = uint64_t{shape.n_layer - shape.n_dense_lead} * shape.n_expert_used;
+    const uint64_t steps = pager["decode_steps"], step_tokens = pager["decode_step_tokens"];
+    const uint64_t lookups = pager["decode_step_lookups"], misses = pager["decode_step_demand_misses"];
+    EXPECT_GE(steps, 96u) << pager.dump() << ": one request alone takes 96 steps";
+    EXPECT_LE(step_tokens, 2 * steps) << pager.dump();
+    EXPECT_GE(lookups, steps * per_token) << pager.dump();
+    EXPECT_LE(lookups, step_tokens * per_token) << pager.dump();
+    EXPECT_GT(misses, 0u) << pager.dump();
+    EXPECT_LT(misses, lookups) << pager.dump();
+    EXPECT_GE(pager["decode_step_missed_expert_bytes"].get<uint64_t>(), misses) << pager.dump();
+    EXPECT_LT(lookups, pager["expert_lookups"].get<uint64_t>()) << pager.dump() << ": prompts' lookups are not steps'";
     EXPECT_GT(g["tuning"]["last_read_wait_share"].get<double>(), 0.25) << g.dump();
     EXPECT_GE(g["waited"].get<int>(), 3) << g.dump() << ": one place, four requests sent at once";
     const auto m = c.Get("/epq/metrics");

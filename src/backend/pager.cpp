@@ -257,7 +257,7 @@ void Pager::pin(ChainRun & run) {
         if (!a->hit) {
             u.ticket = store_.load(run.layer, u.expert, u.ref);
             run.read_any = true;
-            telemetry_.count_reread(run.li, e);
+            telemetry_.count_demand_read(run.li, e);
         }
         run.inflight.push_back(std::move(u));
     }

@@ -51,6 +51,10 @@ nlohmann::json PagerSnapshot::to_json() const {
     j["decode_step_tokens"] = decode_tokens;
     j["decode_step_seconds"] = decode_seconds;
     j["decode_step_read_wait_seconds"] = decode_wait_seconds;
+    j["decode_steps"] = decode_steps;
+    j["decode_step_lookups"] = decode_lookups;
+    j["decode_step_demand_misses"] = decode_demand_misses;
+    j["decode_step_missed_expert_bytes"] = decode_missed_bytes;
     j["expert_compute_seconds"] = compute_seconds;
     j["direct_io"] = direct_io;
     j["missed_expert_bytes"] = missed_expert_bytes;

@@ -56,7 +56,13 @@ struct PagerSnapshot {
     uint64_t decode_tokens = 0;
     double decode_seconds = 0.0;
     double decode_wait_seconds = 0.0;
-    double compute_seconds = 0.0;  // ggml computing the expert nodes (matmuls and what lies between)
+    // What those steps looked up and missed: with requests coming and going, a server's hit rate
+    // over all batches mixes in the admitted prompts', which select nearly every expert once.
+    uint64_t decode_steps = 0;
+    uint64_t decode_lookups = 0;
+    uint64_t decode_demand_misses = 0;
+    uint64_t decode_missed_bytes = 0;  // including the guesses' reads (missed_expert_bytes)
+    double compute_seconds = 0.0;      // ggml computing the expert nodes (matmuls and what lies between)
     // Where the rest of the pager's time goes, each on its own clock, so that pager_seconds minus
     // all of them is what nothing accounts for.
     double pager_seconds = 0.0;       // wall time in the graph splits the pager computes

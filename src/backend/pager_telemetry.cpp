@@ -58,17 +58,25 @@ void PagerTelemetry::batch_starts(uint64_t tokens) {
         stats_.decode_tokens += batch_tokens_;
         stats_.decode_seconds += std::chrono::duration<double>(last_chain_end_ - batch_start_).count();
         stats_.decode_wait_seconds += read_waits() - batch_wait0_;
+        ++stats_.decode_steps;
+        stats_.decode_lookups += stats_.expert_lookups - batch_lookups0_;
+        stats_.decode_demand_misses += demand_reads_ - batch_demand0_;
+        stats_.decode_missed_bytes += stats_.missed_expert_bytes - batch_missed0_;
     }
     batch_tokens_ = tokens;
     batch_start_ = std::chrono::steady_clock::now();
     batch_wait0_ = read_waits();
+    batch_lookups0_ = stats_.expert_lookups;
+    batch_demand0_ = demand_reads_;
+    batch_missed0_ = stats_.missed_expert_bytes;
 }
 
 void PagerTelemetry::chain_ends() {
     last_chain_end_ = std::chrono::steady_clock::now();
 }
 
-void PagerTelemetry::count_reread(size_t li, uint32_t e) {
+void PagerTelemetry::count_demand_read(size_t li, uint32_t e) {
+    ++demand_reads_;
     uint64_t & last = read_in_batch_[li * n_expert_ + e];
     stats_.rereads += last == layer_batches_[li];
     last = layer_batches_[li];

@@ -40,8 +40,9 @@ public:
     // Times decode steps (PagerSnapshot::decode_seconds).
     void batch_starts(uint64_t tokens);
     void chain_ends();
-    // Counts a demand read of expert `e` of layer `li` that the same batch already read once.
-    void count_reread(size_t li, uint32_t e);
+    // Counts a demand read of expert `e` of layer `li` (a miss the layer asked for), and a reread
+    // when the same batch of the same layer already read it once.
+    void count_demand_read(size_t li, uint32_t e);
     // Records the router's choice (`ids`: n_expert_used x tokens, I32) for the trace, once per
     // layer and batch.
     void record_routing(size_t li, uint32_t layer_no, const ggml_tensor * ids);
@@ -59,10 +60,13 @@ private:
     std::vector<uint64_t> layer_batches_;  // batches seen per layer
     std::vector<uint64_t> read_in_batch_;  // [layer x expert]: the batch it was last read in, + 1
     ExpertActivity activity_;
-    // The batch being timed: its size, when it reached layer 0, the wait total then, the last chain's end.
+    uint64_t demand_reads_ = 0;
+    // The batch being timed: its size, when it reached layer 0, the last chain's end, and the
+    // running totals when it started.
     uint64_t batch_tokens_ = 0;
     std::chrono::steady_clock::time_point batch_start_, last_chain_end_;
     double batch_wait0_ = 0.0;
+    uint64_t batch_lookups0_ = 0, batch_demand0_ = 0, batch_missed0_ = 0;
     std::unique_ptr<TraceWriter> trace_;
     uint64_t trace_step_ = 0, trace_token_ = 0, trace_step_tokens_ = 0;
 };

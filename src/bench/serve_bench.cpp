@@ -37,8 +37,10 @@ double seconds_since(Clock::time_point t0) {
 // The counters the window needs: llama-server's from /metrics, the pager's from /epq/metrics.
 struct Counters {
     double tokens = 0, seconds = 0, steps = 0, missed = 0, read = 0, wait = 0, hits = 0, misses = 0, arena = 0;
-    double decode_tokens = 0, decode_seconds = 0;  // the pager's decode-step clock
-    std::map<int64_t, int64_t> decoded;            // task id -> tokens it has generated (/slots), busy slots only
+    // The pager's decode steps: their clock, and what they looked up, missed and read.
+    double decode_tokens = 0, decode_seconds = 0, decode_wait = 0, decode_steps = 0, decode_lookups = 0,
+           decode_misses = 0, decode_missed = 0;
+    std::map<int64_t, int64_t> decoded;  // task id -> tokens it has generated (/slots), busy slots only
 };
 
 Counters counters_of(const std::string & text) {
@@ -51,7 +53,12 @@ Counters counters_of(const std::string & text) {
         {"epq:arena_misses_total", &Counters::misses},
         {"epq:arena_bytes", &Counters::arena},
         {"epq:decode_step_tokens_total", &Counters::decode_tokens},
-        {"epq:decode_step_seconds_total", &Counters::decode_seconds}};
+        {"epq:decode_step_seconds_total", &Counters::decode_seconds},
+        {"epq:decode_step_read_wait_seconds_total", &Counters::decode_wait},
+        {"epq:decode_steps_total", &Counters::decode_steps},
+        {"epq:decode_step_lookups_total", &Counters::decode_lookups},
+        {"epq:decode_step_misses_total", &Counters::decode_misses},
+        {"epq:decode_step_missed_expert_bytes_total", &Counters::decode_missed}};
     Counters c;
     for (const auto & [name, v] : parse_metrics_text(text)) {
         for (const auto & [want, field] : kNames) {
@@ -327,6 +334,18 @@ struct StreamBench {
         r.read_per_step = (b.read - a.read) / r.steps;
         const double lookups = (b.hits - a.hits) + (b.misses - a.misses);
         r.hit_rate = lookups > 0 ? (b.hits - a.hits) / lookups : 0.0;
+        const double decode_steps = b.decode_steps - a.decode_steps;
+        if (queued && decode_steps > 0) {
+            // Prompts admitted inside the window select nearly every expert once: their lookups
+            // and reads are not a decode step's, so the step figures come from the steps alone.
+            r.steps = decode_steps;
+            r.tokens_per_step = (b.decode_tokens - a.decode_tokens) / decode_steps;
+            r.step_seconds = step_time / decode_steps;
+            r.wait_per_step = (b.decode_wait - a.decode_wait) / decode_steps;
+            r.missed_per_step = (b.decode_missed - a.decode_missed) / decode_steps;
+            const double step_lookups = b.decode_lookups - a.decode_lookups;
+            r.hit_rate = step_lookups > 0 ? 1.0 - (b.decode_misses - a.decode_misses) / step_lookups : 0.0;
+        }
         r.arena_bytes = static_cast<uint64_t>(b.arena);
         std::fprintf(stderr,
                      "epq bench:   %.2f tok/s over %.0f steps (%d generating), TTFT p50 %.2f s; all %d done in %.1f s "
@@ -372,6 +391,7 @@ StreamRun median_run(const std::vector<StreamRun> & runs) {
     m.all_seconds = med(&StreamRun::all_seconds);
     m.end_to_end_tps = med(&StreamRun::end_to_end_tps);
     m.steps = med(&StreamRun::steps);
+    m.tokens_per_step = med(&StreamRun::tokens_per_step);
     m.step_seconds = med(&StreamRun::step_seconds);
     m.decode_step_tps = med(&StreamRun::decode_step_tps);
     m.wait_per_step = med(&StreamRun::wait_per_step);
@@ -394,6 +414,7 @@ json run_json(const StreamRun & r) {
             {"end_to_end_tps", r.end_to_end_tps},
             {"ttft_seconds", r.ttft_seconds},
             {"steps", r.steps},
+            {"tokens_per_step", r.tokens_per_step > 0 ? json(r.tokens_per_step) : json(nullptr)},
             {"step_seconds", r.step_seconds},
             {"read_wait_per_step_seconds", r.wait_per_step},
             {"missed_expert_bytes_per_step", r.missed_per_step},
@@ -538,8 +559,10 @@ int run_stream_bench(const BenchOptions & o) {
             row.floor_bw = median(row.floors);
             row.io_step = row.floor_bw > 0 && row.epq.ok ? row.epq.missed_per_step / row.floor_bw : 0.0;
             const double step = std::max(row.compute_step, row.io_step);
-            // The streams a step decodes: those the server lets generate at once.
-            row.roofline = step > 0 && row.epq.ok ? row.epq.generating / step : 0.0;
+            // The streams a step decodes: those the server lets generate at once, or where
+            // requests queue, the tokens its decode steps had (fewer while one waits for its prompt).
+            const double per_step = row.epq.tokens_per_step > 0 ? row.epq.tokens_per_step : row.epq.generating;
+            row.roofline = step > 0 && row.epq.ok ? per_step / step : 0.0;
             rows.push_back(row);
         }
     }
@@ -582,8 +605,9 @@ int run_stream_bench(const BenchOptions & o) {
         "(epq:decode_step_*); gen: the streams epq serve lets generate at once at the end of the run "
         "(--decode-streams; its tuner lowers it while reads take most of the steps), the rest wait; e2e: every "
         "stream's tokens / the time from the requests sent to the last one done (prompts and waits included; stock "
-        "generates fewer tokens per stream); roofline = generating streams / max(compute s/step, missed expert "
-        "bytes/step / read bandwidth)\n";
+        "generates fewer tokens per stream); where requests queue, hit and missed/step are the decode steps' alone "
+        "(admitted prompts left out); roofline = generating streams (queued: the decode steps' tokens per step) / "
+        "max(compute s/step, missed expert bytes/step / read bandwidth)\n";
     // The floor beside the runs it bounds; a run that beats its roofline shows the floor is wrong.
     for (const auto & r : rows) {
         if (r.cap == "none") {

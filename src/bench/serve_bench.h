@@ -35,11 +35,12 @@ struct StreamRun {
     double all_seconds = 0;      // from the requests sent to the last one done
     double end_to_end_tps = 0;   // every stream's tokens / all_seconds (prompts and waits included)
     double steps = 0;            // decode steps in the window
+    double tokens_per_step = 0;  // queued: the pager's decode-step tokens per step (0: `generating`)
     double step_seconds = 0;     // per decode step
     double wait_per_step = 0;    // of which blocked on expert reads
     double missed_per_step = 0;  // expert bytes the misses needed
     double read_per_step = 0;    // bytes read (prefetch included)
-    double hit_rate = 0;
+    double hit_rate = 0;         // queued: of the decode steps' lookups
     uint64_t arena_bytes = 0;
 };
 
