@@ -15,7 +15,13 @@
 // The tuner reads that share, time blocked on reads over the time in decode steps (a prompt's
 // batches are left out: they read what the prompt selects, whatever else generates), over
 // windows of a few seconds: above `lower_above` it lets one stream fewer generate, below
-// `raise_below` one more (up to the arena's figure), in between it holds. It starts at one
+// `raise_below` one more (up to the arena's figure), in between it holds. A share says whether
+// reads dominate, not whether another stream pays: on two cores, two realistic-routing streams
+// waited only 6-13% of their steps, yet decoded 6.98-7.58 tok/s together against 7.34-8.12 for
+// one alone (the compute of a step of two is 0.83x that of two steps of one, and the second
+// stream's misses ate the rest). So the tuner also keeps the decode-step rate (tokens per second
+// of decode steps) it last measured at each level, and lets one fewer generate when a window
+// decodes fewer tokens per second than the last window one level lower did. It starts at one
 // stream: a request admitted runs to its end, so a level that turns out too high costs whole
 // requests, while starting low costs a window per level. A level it had to leave is tried again
 // after a wait that doubles each time it has to leave it again, so a workload that changes gets
@@ -24,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace epq {
 
@@ -40,14 +47,19 @@ public:
     // Between 1 and `max_streams` (the arena's figure), starting at o.start_streams.
     explicit StreamTuner(int max_streams, StreamTunerOptions o = {});
 
-    // One observation of two running totals: seconds in decode steps, and the seconds of them
-    // spent waiting on expert reads. Returns the number of streams to admit now.
-    int observe(double decode_seconds, double read_wait_seconds);
+    // Running totals of the pager's decode steps: their time, the part of it spent waiting on
+    // expert reads, and the tokens they decoded.
+    struct DecodeTotals {
+        double seconds = 0, read_wait_seconds = 0, tokens = 0;
+    };
+    // One observation of the totals. Returns the number of streams to admit now.
+    int observe(const DecodeTotals & t);
 
     struct Status {
         int streams = 1;
         int max_streams = 1;
         double last_share = -1;  // the last window's read-wait share; < 0 before the first
+        double last_rate = -1;   // the last window's decode-step tokens per second; < 0 before the first
         uint64_t lowered = 0, raised = 0;
         std::string last_change;  // why the last change was made ("" when none was)
     };
@@ -57,8 +69,9 @@ private:
     StreamTunerOptions o_;
     Status s_;
     bool started_ = false;
-    double decode0_ = 0, wait0_ = 0;  // the totals when the current window began
-    int hold_ = 1;                    // windows to wait before raising to a level that was left
+    DecodeTotals at0_;          // the totals when the current window began
+    std::vector<double> rate_;  // [level]: the last window's decode-step rate there (< 0: none yet)
+    int hold_ = 1;              // windows to wait before raising to a level that was left
     int hold_left_ = 0;
     bool probing_ = false;  // the last window raised the level
 };

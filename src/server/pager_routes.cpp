@@ -37,6 +37,7 @@ nlohmann::json gate_json(DecodeStreamsView streams) {
         const StreamTuner::Status t = streams.tuning->status();
         j["tuning"] = {
             {"last_read_wait_share", t.last_share < 0 ? nlohmann::json(nullptr) : nlohmann::json(t.last_share)},
+            {"last_decode_step_tps", t.last_rate < 0 ? nlohmann::json(nullptr) : nlohmann::json(t.last_rate)},
             {"lowered", t.lowered},
             {"raised", t.raised},
             {"last_change", t.last_change}};

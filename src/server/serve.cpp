@@ -174,7 +174,8 @@ void plan_decode_streams(const common_params & params, PagedServe & ps) {
     const bool tuned = asked == 0 && !ap.holds_everything && c.streams > 1;
     note("decode streams: " + std::string(tuned ? "up to " : "") + std::to_string(c.streams) + " of " +
          std::to_string(f.n_parallel) + " slots generate at once (" + c.why + ")" +
-         (tuned ? "; from 1, one more while reads take under a quarter of the decode steps' time, one fewer over a half"
+         (tuned ? "; from 1, one more while reads take under a quarter of the decode steps' time, one fewer over a "
+                  "half or when the steps decode fewer tokens per second than with one fewer"
                 : "") +
          (c.streams < f.n_parallel || tuned ? "; later requests wait in arrival order (--decode-streams to choose)"
                                             : ""));
@@ -190,7 +191,8 @@ void plan_decode_streams(const common_params & params, PagedServe & ps) {
             ps.gate,
             [pager] {
                 const PagerSnapshot s = pager->stats();
-                return StreamTuning::DecodeTime{s.decode_seconds, s.decode_wait_seconds};
+                return StreamTuning::DecodeTotals{s.decode_seconds, s.decode_wait_seconds,
+                                                  static_cast<double>(s.decode_tokens)};
             },
             note);
     }

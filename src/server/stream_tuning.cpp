@@ -4,10 +4,10 @@
 
 namespace epq::server {
 
-StreamTuning::StreamTuning(std::shared_ptr<StreamGate> gate, std::function<DecodeTime()> decode_time,
+StreamTuning::StreamTuning(std::shared_ptr<StreamGate> gate, std::function<DecodeTotals()> decode_totals,
                            std::function<void(const std::string &)> log)
     : gate_(std::move(gate)),
-      decode_time_(std::move(decode_time)),
+      decode_totals_(std::move(decode_totals)),
       log_(std::move(log)),
       tuner_(gate_->counters().max_capacity),
       thread_([this] { loop(); }) {
@@ -37,13 +37,13 @@ void StreamTuning::loop() {
             }
         }
         // Sampled outside the lock: the pager's statistics may wait for a layer to finish.
-        const DecodeTime t = decode_time_();
+        const DecodeTotals t = decode_totals_();
         int streams = 0;
         std::string said;
         {
             std::lock_guard<std::mutex> lk(mu_);
             const uint64_t changes = tuner_.status().lowered + tuner_.status().raised;
-            streams = tuner_.observe(t.seconds, t.read_wait_seconds);
+            streams = tuner_.observe(t);
             if (tuner_.status().lowered + tuner_.status().raised != changes) {
                 said = "decode streams " + tuner_.status().last_change;
             }

@@ -1,6 +1,7 @@
 // The stream tuner (sched/stream_tuner.h) run beside `epq serve`: a thread that reads, about
-// twice a second, the pager's time in decode steps and the part of it spent waiting on reads
-// (prompts' batches are left out: they read what a prompt selects, however many generate), and
+// twice a second, the pager's decode-step totals: their time, the part of it spent waiting on
+// reads and their tokens (prompts' batches are left out: they read what a prompt selects, however
+// many generate), and
 // sets the gate's capacity to what the tuner decides. Each change is said in the log.
 #pragma once
 
@@ -18,11 +19,8 @@ namespace epq::server {
 
 class StreamTuning {
 public:
-    // Running totals of the time in decode steps and of the time they waited on reads.
-    struct DecodeTime {
-        double seconds = 0, read_wait_seconds = 0;
-    };
-    StreamTuning(std::shared_ptr<StreamGate> gate, std::function<DecodeTime()> decode_time,
+    using DecodeTotals = StreamTuner::DecodeTotals;
+    StreamTuning(std::shared_ptr<StreamGate> gate, std::function<DecodeTotals()> decode_totals,
                  std::function<void(const std::string &)> log);
     ~StreamTuning();  // stops and joins the thread
     StreamTuning(const StreamTuning &) = delete;
@@ -34,7 +32,7 @@ private:
     void loop();
 
     std::shared_ptr<StreamGate> gate_;
-    std::function<DecodeTime()> decode_time_;
+    std::function<DecodeTotals()> decode_totals_;
     std::function<void(const std::string &)> log_;
     mutable std::mutex mu_;
     std::condition_variable cv_;
