@@ -489,6 +489,25 @@ TEST(Simulate, PrefetchReplaysTheGuessesAsTheRunDoes) {
     EXPECT_EQ(rs[3].policy, "lfu+prefetch");
 }
 
+TEST(Simulate, APromptMovesTheLfuClockByItsTokens) {
+    // One layer, 8 experts, top-1, 2 slots; lfu's half-life is 34 tokens. Steps 0-1 decode with
+    // expert 1 (the last request); step 2 is a new request's 40-token prompt, every token on 2;
+    // step 3 selects 3, step 4 selects 2 again. The prompt ages 1's two uses by 40 tokens (to
+    // ~0.9), below 2's one, so 3 evicts 1 and step 4 hits 2: misses 1, 2, 3.
+    Trace t;
+    t.header = header(8, 1, {{100, 8}}, {{0, 0}});
+    t.records = {{0, 0, 0, {1}}, {1, 1, 0, {1}}};
+    for (uint64_t tok = 2; tok < 42; ++tok) {
+        t.records.push_back({2, tok, 0, {2}});
+    }
+    t.records.push_back({3, 42, 0, {3}});
+    t.records.push_back({4, 43, 0, {2}});
+    const SimResult r = simulate(t, 200, EvictionPolicy::lfu);
+    EXPECT_EQ(r.accesses, 5u);  // distinct experts per (step, layer)
+    EXPECT_EQ(r.misses, 3u);
+    EXPECT_EQ(r.hits, 2u);
+}
+
 TEST(SimReport, ArenaSizesParseAndBadOnesAreNamed) {
     const TraceHeader h = header(8, 2, {{100, 40}, {300, 20}}, {{0, 0}});  // 10000 B of experts, minimum 600
     EXPECT_EQ(resolve_arena_sizes(h, parse_arena_sizes("2G, 4G,6GiB")),

@@ -240,6 +240,27 @@ TEST(SlotArena, LfuCountsDecaySoOldPopularityFades) {
     EXPECT_TRUE(run(1e9)) << "without decay the more frequent A should stay";
 }
 
+TEST(SlotArena, ABatchMovesTheLfuClockByItsTokens) {
+    // Two slots, a half-life of 8 acquires. The last request decoded with A twice. A new
+    // request's prompt is one batch in which 12 tokens select B; then C comes. Were the batch one
+    // acquire on the clock, B (1 use, now) would rank below A (2 uses, ~1.9 decayed), and C would
+    // evict B, the expert the new request keeps coming back to. Moved 12 acquires on, A's count
+    // decays to ~0.7, and C evicts A.
+    for (uint32_t tokens : {1u, 12u}) {
+        SCOPED_TRACE(tokens);
+        SlotArena a({{100, 2}}, EvictionPolicy::lfu, 8);
+        use(a, 1);
+        use(a, 1);
+        auto b = a.acquire({0, 2}, 0, tokens);
+        ASSERT_TRUE(b && !b->hit);
+        a.loaded(b->ref);
+        a.unpin(b->ref);
+        use(a, 3);
+        EXPECT_EQ(a.find({0, 2}).has_value(), tokens == 12);
+        EXPECT_EQ(a.find({0, 1}).has_value(), tokens == 1);
+    }
+}
+
 TEST(SlotArena, LfuHalfLifeIsCountedInDecodeTokens) {
     // A decode token acquires k experts in each MoE layer.
     EXPECT_DOUBLE_EQ(lfu_half_life_acquires(48, 8), kLfuHalfLifeTokens * 48 * 8);

@@ -169,8 +169,9 @@ std::optional<SlotRef> SlotArena::take_home(uint32_t pool, const ExpertKey & key
     return ref;
 }
 
-void SlotArena::count_use(const ExpertKey & key) {
-    const double now = static_cast<double>(++acquires_) / half_life_;
+void SlotArena::count_use(const ExpertKey & key, uint32_t uses) {
+    acquires_ += std::max<uint32_t>(1, uses);
+    const double now = static_cast<double>(acquires_) / half_life_;
     auto it = uses_.find(key);
     // The count decayed to now, plus this use.
     const double count = (it == uses_.end() ? 0.0 : std::exp2(it->second - now)) + 1.0;
@@ -258,7 +259,7 @@ std::optional<SlotRef> SlotArena::take_victim(uint32_t pool) {
     return ref;
 }
 
-std::optional<SlotArena::Acquired> SlotArena::acquire(const ExpertKey & key, uint32_t cls) {
+std::optional<SlotArena::Acquired> SlotArena::acquire(const ExpertKey & key, uint32_t cls, uint32_t uses) {
     if (policy_ == EvictionPolicy::belady && !next_use_) {
         throw Error(
             "the belady eviction policy needs to know future expert use, which only epq simulate has; "
@@ -293,7 +294,7 @@ std::optional<SlotArena::Acquired> SlotArena::acquire(const ExpertKey & key, uin
     }
     // Only uses that got a slot count: a refused acquire is retried by the caller.
     if (got && policy_ == EvictionPolicy::lfu) {
-        count_use(key);
+        count_use(key, uses);
     }
     return got;
 }

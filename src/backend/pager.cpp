@@ -241,7 +241,8 @@ void Pager::pin(ChainRun & run) {
     SlotArena & arena = store_.arena();
     for (; run.next < run.experts.size(); ++run.next) {
         const uint32_t e = static_cast<uint32_t>(run.experts[run.next]);
-        auto a = arena.acquire({run.layer_no, e}, run.layer.size_class);
+        const uint32_t uses = static_cast<uint32_t>(chain_.expert_rows()[e]);
+        auto a = arena.acquire({run.layer_no, e}, run.layer.size_class, uses);
         if (!a) {
             break;
         }

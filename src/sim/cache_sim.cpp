@@ -14,6 +14,7 @@ namespace {
 // (index of the layer in the header) x n_expert + expert, so lookups are array indexing.
 struct Replay {
     std::vector<uint32_t> keys;
+    std::vector<uint32_t> uses;     // per access: the tokens of its batch that selected it
     std::vector<size_t> group_end;  // one past the last access of each (step, layer) group
     // Per group: the guess of the next group's experts made during it (same step, the next
     // layer), as keys; empty when there was none.
@@ -62,10 +63,11 @@ Replay flatten(const Trace & t, const std::vector<uint32_t> & layer_idx) {
     struct Group {
         uint32_t layer = 0;
         std::vector<uint32_t> experts;
+        std::vector<uint32_t> uses;  // per expert of `experts`
     };
     std::vector<Group> groups;
     std::vector<size_t> group_of(h.layers.size(), SIZE_MAX);
-    std::vector<char> seen;  // per group: n_expert flags
+    std::vector<uint32_t> seen;  // per group and expert: its position in the group's experts, + 1
     // Guesses by (step, layer index).
     std::map<std::pair<uint64_t, uint32_t>, const TraceGuess *> guess_of;
     for (const TraceGuess & g : t.guesses) {
@@ -77,8 +79,9 @@ Replay flatten(const Trace & t, const std::vector<uint32_t> & layer_idx) {
     auto close_batch = [&]() {
         for (size_t gi = 0; gi < groups.size(); ++gi) {
             const Group & g = groups[gi];
-            for (uint32_t e : g.experts) {
-                r.keys.push_back(g.layer * h.n_expert + e);
+            for (size_t i = 0; i < g.experts.size(); ++i) {
+                r.keys.push_back(g.layer * h.n_expert + g.experts[i]);
+                r.uses.push_back(g.uses[i]);
             }
             r.group_end.push_back(r.keys.size());
             std::vector<uint32_t> guess;
@@ -109,7 +112,7 @@ Replay flatten(const Trace & t, const std::vector<uint32_t> & layer_idx) {
         const uint32_t li = layer_idx[rec.layer];
         if (group_of[li] == SIZE_MAX) {
             group_of[li] = groups.size();
-            groups.push_back({li, {}});
+            groups.push_back({li, {}, {}});
             seen.resize(seen.size() + h.n_expert, 0);
         }
         const size_t g = group_of[li];
@@ -118,11 +121,13 @@ Replay flatten(const Trace & t, const std::vector<uint32_t> & layer_idx) {
                 throw Error("trace record " + std::to_string(i) + " names expert " + std::to_string(e) + " of " +
                             std::to_string(h.n_expert) + "; record the trace again");
             }
-            char & s = seen[g * h.n_expert + e];
+            uint32_t & s = seen[g * h.n_expert + e];
             if (!s) {
-                s = 1;
                 groups[g].experts.push_back(e);
+                groups[g].uses.push_back(0);
+                s = static_cast<uint32_t>(groups[g].experts.size());
             }
+            ++groups[g].uses[s - 1];
         }
     }
     close_batch();
@@ -200,12 +205,12 @@ SimResult simulate(const Trace & t, uint64_t arena_bytes, const SimOptions & o) 
         unpin(guess_pins);  // the run settles the guess for this layer before pinning its experts
         for (size_t i = begin; i < end; ++i) {
             const auto [key, cls] = key_of(r.keys[i]);
-            auto a = arena.acquire(key, cls);
+            auto a = arena.acquire(key, cls, r.uses[i]);
             if (!a && !(pinned.empty() && guess_pins.empty())) {
                 // The arena is full of pins: finish this chunk, go on with the rest.
                 unpin(pinned);
                 unpin(guess_pins);
-                a = arena.acquire(key, cls);
+                a = arena.acquire(key, cls, r.uses[i]);
             }
             if (!a) {
                 throw Error("internal: the simulated arena cannot pin a single expert");
