@@ -548,8 +548,15 @@ int run_stream_bench(const BenchOptions & o) {
             row.floor = median_run(row.floor_runs);
             row.epq = median_run(row.epq_runs);
             row.stock = median_run(row.stock_runs);
+            // The tokens a step decodes: those the server lets generate at once, or where
+            // requests queue, the tokens its decode steps had (fewer while one waits for its prompt).
+            const auto tokens_per_step = [](const StreamRun & r) {
+                return r.tokens_per_step > 0 ? r.tokens_per_step : static_cast<double>(r.generating);
+            };
+            const double per_step = tokens_per_step(row.epq);
             if (row.floor.ok && row.floor.missed_per_step == 0) {
-                row.compute_step = row.floor.step_seconds;
+                // The floor's compute per token, at as many tokens per step as epq's steps had.
+                row.compute_step = row.floor.step_seconds / std::max(1.0, tokens_per_step(row.floor)) * per_step;
                 row.compute_source = "measured: the same server with every expert preloaded, uncapped";
             } else if (row.epq.ok) {
                 row.compute_step = row.epq.step_seconds - row.epq.wait_per_step;
@@ -559,9 +566,6 @@ int run_stream_bench(const BenchOptions & o) {
             row.floor_bw = median(row.floors);
             row.io_step = row.floor_bw > 0 && row.epq.ok ? row.epq.missed_per_step / row.floor_bw : 0.0;
             const double step = std::max(row.compute_step, row.io_step);
-            // The streams a step decodes: those the server lets generate at once, or where
-            // requests queue, the tokens its decode steps had (fewer while one waits for its prompt).
-            const double per_step = row.epq.tokens_per_step > 0 ? row.epq.tokens_per_step : row.epq.generating;
             row.roofline = step > 0 && row.epq.ok ? per_step / step : 0.0;
             rows.push_back(row);
         }
@@ -607,7 +611,8 @@ int run_stream_bench(const BenchOptions & o) {
         "stream's tokens / the time from the requests sent to the last one done (prompts and waits included; stock "
         "generates fewer tokens per stream); where requests queue, hit and missed/step are the decode steps' alone "
         "(admitted prompts left out); roofline = generating streams (queued: the decode steps' tokens per step) / "
-        "max(compute s/step, missed expert bytes/step / read bandwidth)\n";
+        "max(compute s/step, missed expert bytes/step / read bandwidth), compute/st being the preloaded server's "
+        "compute per token times those tokens per step\n";
     // The floor beside the runs it bounds; a run that beats its roofline shows the floor is wrong.
     for (const auto & r : rows) {
         if (r.cap == "none") {
