@@ -360,6 +360,59 @@ TEST(Bench, StreamsReportEveryConcurrencyAgainstStock) {
     }
 }
 
+// Where requests queue (one generates at a time here), a row reads the pager's decode steps:
+// one token each, their count, and their hit rate and reads (the floor's server, every expert
+// preloaded, hits them all).
+TEST(Bench, QueuedStreamsReadThePagersDecodeSteps) {
+    const std::string d = temp_dir();
+    const CommandResult r = run_epq({"bench",
+                                     "-m",
+                                     model64(),
+                                     "--memcap",
+                                     "none",
+                                     "--streams",
+                                     "2",
+                                     "--decode-streams",
+                                     "1",
+                                     "--runs",
+                                     "1",
+                                     "-n",
+                                     "8",
+                                     "--no-stock",
+                                     "--replay-prompt",
+                                     "16",
+                                     "-c",
+                                     "256",
+                                     "-t",
+                                     "2",
+                                     "--read-seconds",
+                                     "0.5",
+                                     "--json",
+                                     d + "/queued.json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = read_json(d + "/queued.json");
+    ASSERT_EQ(j["rows"].size(), 1u);
+    const auto & e = j["rows"][0]["epq"];
+    ASSERT_FALSE(e.contains("error")) << e.dump();
+    EXPECT_EQ(e["generating"], 1);
+    EXPECT_DOUBLE_EQ(e["tokens_per_step"].get<double>(), 1.0) << e.dump();
+    // From the first token to the last stream's end: the first stream's 7 steps after its first
+    // token, and the second's, less the last step (counted when a next batch starts).
+    EXPECT_GE(e["steps"].get<double>(), 7.0) << e.dump();
+    EXPECT_LE(e["steps"].get<double>(), 14.0) << e.dump();
+    EXPECT_DOUBLE_EQ(e["decode_tps"].get<double>(), e["decode_step_tps"].get<double>());
+    EXPECT_GT(e["hit_rate"].get<double>(), 0.0) << e.dump();
+    EXPECT_LE(e["hit_rate"].get<double>(), 1.0) << e.dump();
+    if (e["hit_rate"].get<double>() < 1.0) {
+        EXPECT_GT(e["missed_expert_bytes_per_step"].get<double>(), 0.0) << e.dump();
+    }
+    const auto & f = j["rows"][0]["floor"];
+    ASSERT_FALSE(f.contains("error")) << f.dump();
+    EXPECT_DOUBLE_EQ(f["tokens_per_step"].get<double>(), 1.0) << f.dump();
+    EXPECT_DOUBLE_EQ(f["hit_rate"].get<double>(), 1.0) << f.dump();
+    EXPECT_EQ(f["missed_expert_bytes_per_step"].get<double>(), 0.0) << f.dump();
+}
+
 // The bound a benchmark row names, on figures worked out by hand.
 TEST(TimeBound, NamesTheLargestPartOfATokensTime) {
     // 90 of 100 ms computing with every expert resident: compute.
