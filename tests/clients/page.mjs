@@ -25,6 +25,30 @@ const browser = await puppeteer.launch({
   args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
 });
 
+// Types `text` into the UI's message box and sends it with Enter. The UI may render its form
+// again just after it appears (after a reload, once it has read its saved conversations), which
+// takes the box away in the middle of typing: then it types again into the new one.
+async function send(page, frame, text) {
+  const input = 'form.conversation-chat-form textarea';
+  for (let tries = 1; ; ++tries) {
+    try {
+      const box = await frame.waitForSelector(input);
+      if (await box.evaluate((e) => e.value !== '')) {  // what a box taken away mid-typing left as a draft
+        await box.evaluate((e) => e.select());
+        await box.press('Backspace');
+      }
+      await box.type(text);
+      await box.focus();
+      if (await box.evaluate((e, t) => e.isConnected && e.value === t, text)) break;
+    } catch (e) {
+      if (tries >= 20) throw e;
+    }
+    if (tries >= 20) throw new Error(`the message box never kept the text typed into it: ${text}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  await page.keyboard.press('Enter');
+}
+
 // Sends `text` in the UI in `frame` and waits for the reply to end; returns what the UI shows
 // and what the server answers to the UI's request sent again through the API, not streamed and
 // without the prompt cache (the UI's request was the server's first: computed the same way).
@@ -48,11 +72,7 @@ async function converse(page, frame, url, text) {
       if (t !== window.__states.at(-1)) window.__states.push(t);
     }).observe(document.body, { childList: true, subtree: true, characterData: true });
   });
-  const input = 'form.conversation-chat-form textarea';
-  await frame.waitForSelector(input);
-  await frame.type(input, text);
-  await frame.focus(input);
-  await page.keyboard.press('Enter');
+  await send(page, frame, text);
   // (A fast server can finish the reply before a poll sees the Stop button.)
   await waitFor('the reply to start', async () => done || (await stopButton(frame)));
   await waitFor('the reply to end', async () => done && !(await stopButton(frame)), 120000);
@@ -145,9 +165,7 @@ async function scenario(url, epq) {
   await frame.evaluate(() => location.reload());
   await frame.waitForSelector('form.conversation-chat-form textarea');
   const n = await frame.$$eval('.chat-message-assistant', (a) => a.length);
-  await frame.type('form.conversation-chat-form textarea', 'Now write a very long story.');
-  await frame.focus('form.conversation-chat-form textarea');
-  await page.keyboard.press('Enter');
+  await send(page, frame, 'Now write a very long story.');
   await waitFor('the long reply to show text', () => frame.$$eval('.chat-message-assistant .markdown-content',
     (all, n) => all.length > n && all.at(-1).textContent.trim().length > 0, n), 60000);
   await (await stopButton(frame)).click();
