@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
+#include <mutex>
 #include <memory>
 #include <random>
 #include <fstream>
@@ -173,6 +175,45 @@ TEST(ReadPool, AReadErrorReachesTheWaiter) {
     faults::plant_io_fault({});
     auto ok = pool.submit({{0, 5000, a.data(), 0, 0}});
     EXPECT_NO_THROW(ok->wait());
+}
+
+TEST(ReadPool, AMissGoesBeforeReadsStartedOnAGuess) {
+    // One thread, held busy by a first read until the others are queued: the reads a computation
+    // waits on (urgent) run before the guesses queued earlier, each kind in its own order.
+    const std::string path = pattern_file("order.bin", 1 << 20);
+    ModelReader r(path);
+    ReadPool pool(r, 1);
+    std::vector<std::vector<uint8_t>> bufs(5, std::vector<uint8_t>(4096));
+    std::promise<void> go;
+    std::shared_future<void> started = go.get_future().share();
+    std::mutex mu;
+    std::vector<int> order;
+    auto request = [&](int i) {
+        ReadRequest q{static_cast<uint64_t>(i) * 8192, 4096, bufs[static_cast<size_t>(i)].data(), 0, 0};
+        q.then = [&, i](uint8_t *) {
+            std::lock_guard<std::mutex> lock(mu);
+            order.push_back(i);
+        };
+        return q;
+    };
+    ReadRequest first = request(0);
+    first.then = [&](uint8_t *) {
+        started.wait();
+        std::lock_guard<std::mutex> lock(mu);
+        order.push_back(0);
+    };
+    auto t0 = pool.submit({first});
+    auto guesses = pool.submit({request(1), request(2)}, false);
+    auto miss = pool.submit({request(3)});
+    auto miss2 = pool.submit({request(4)}, true);
+    go.set_value();
+    for (const auto & t : {t0, guesses, miss, miss2}) {
+        t->wait();
+    }
+    EXPECT_EQ(order, (std::vector<int>{0, 3, 4, 1, 2}));
+    for (int i = 0; i < 5; ++i) {
+        ASSERT_EQ(bufs[static_cast<size_t>(i)][100], expected_byte(static_cast<uint64_t>(i) * 8192 + 100));
+    }
 }
 
 TEST(ReadPool, JoinLandsEveryQueuedReadBeforeItReturns) {

@@ -4,7 +4,9 @@
 #include "test_util.h"
 
 #include "bench/serve_bench.h"
+#include "backend/router_predictor.h"
 #include "bench/time_bound.h"
+#include "gguf/gguf_file.h"
 #include "gguf/expert_index.h"
 #include "sim/cache_sim.h"
 #include "sim/routing_stats.h"
@@ -14,6 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <random>
 #include <set>
 
 using namespace epq;
@@ -36,6 +42,70 @@ std::string model64() {
 }
 
 }  // namespace
+
+// The predictor ranks a layer's experts by that layer's router over a hidden state (ggml's dot
+// product), as a scalar product in double read straight from the file ranks them: softmax
+// gating (qwen3moe) and sigmoid gating plus a selection bias (deepseek2).
+TEST(RouterPredictor, PicksTheTopExpertsOfTheRoutersOwnProduct) {
+    for (const std::string arch : {"qwen3moe", "deepseek2"}) {
+        const std::string model = synth_model("predictor-" + arch, make_preset("tiny-" + arch));
+        const GgufFile file = GgufFile::open(model);
+        const ExpertIndex idx = ExpertIndex::build(file);
+        const RouterPredictor predictor(model, idx);
+        ASSERT_TRUE(predictor.available()) << predictor.why();
+        std::ifstream in(model, std::ios::binary);
+        auto floats = [&](const TensorInfo & t) {
+            EXPECT_EQ(t.type, GGML_TYPE_F32) << t.name;
+            std::vector<float> v(static_cast<size_t>(t.nbytes / sizeof(float)));
+            in.seekg(static_cast<std::streamoff>(t.file_offset));
+            in.read(reinterpret_cast<char *>(v.data()), static_cast<std::streamsize>(t.nbytes));
+            return v;
+        };
+        std::mt19937 rng(7);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        int compared = 0, samples = 0;
+        for (const auto & layer : idx.layers) {
+            const std::string prefix = "blk." + std::to_string(layer.layer) + ".";
+            const TensorInfo * w = file.find_tensor(prefix + "ffn_gate_inp.weight");
+            ASSERT_NE(w, nullptr);
+            const std::vector<float> weight = floats(*w);
+            const TensorInfo * b = file.find_tensor(prefix + "exp_probs_b.bias");
+            const std::vector<float> bias = b ? floats(*b) : std::vector<float>{};
+            const int64_t n_embd = w->ne[0];
+            for (int sample = 0; sample < 20; ++sample, ++samples) {
+                std::vector<float> x(static_cast<size_t>(n_embd));
+                for (float & v : x) {
+                    v = normal(rng);
+                }
+                std::vector<double> score(idx.n_expert);
+                for (uint32_t e = 0; e < idx.n_expert; ++e) {
+                    double s = 0;
+                    for (int64_t i = 0; i < n_embd; ++i) {
+                        s += static_cast<double>(weight[static_cast<size_t>(e * n_embd + i)]) *
+                             x[static_cast<size_t>(i)];
+                    }
+                    score[e] = bias.empty() ? s : 1.0 / (1.0 + std::exp(-s)) + bias[e];
+                }
+                std::vector<uint32_t> order(idx.n_expert);
+                std::iota(order.begin(), order.end(), 0u);
+                std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t c) { return score[a] > score[c]; });
+                const size_t k = idx.n_expert_used;
+                if (score[order[k - 1]] - score[order[k]] < 1e-4) {
+                    continue;  // a near tie at the cut: float and double may rank it either way
+                }
+                std::vector<uint32_t> got = predictor.predict(layer.layer, x.data(), n_embd);
+                std::vector<uint32_t> want(order.begin(), order.begin() + static_cast<long>(k));
+                std::sort(got.begin(), got.end());
+                std::sort(want.begin(), want.end());
+                EXPECT_EQ(got, want) << arch << " layer " << layer.layer << " sample " << sample;
+                ++compared;
+            }
+        }
+        EXPECT_GE(compared, samples * 9 / 10) << arch << ": too many near ties to compare";
+        EXPECT_TRUE(predictor.predict(idx.layers.front().layer, std::vector<float>(3).data(), 3).empty())
+            << "a hidden state of the wrong width is not ranked";
+    }
+}
 
 TEST(Prefetch, PredictionChangesNoLogitAndItsAccountingAddsUp) {
     const std::string model = model64();
@@ -113,6 +183,14 @@ TEST(Prefetch, PredictionChangesNoLogitAndItsAccountingAddsUp) {
     EXPECT_GT(j["read_cpu_seconds"].get<double>(), 0.0);
     EXPECT_LE(j["read_cpu_seconds"].get<double>(), j["read_seconds"].get<double>() * 4 + 0.01);  // 4 read threads
     EXPECT_GT(j["decode_time"]["pager_own"]["predict_seconds"].get<double>(), 0.0) << "prefetch on: guesses are timed";
+
+    // An arena that holds every expert misses none once read: no guess is made, even when asked.
+    const CommandResult all = run_epq(args({"--prefetch", "on", "--stats-json", d + "/pf-all.json"}));
+    ASSERT_EQ(all.exit_code, 0) << all.err;
+    const auto ja = read_json(d + "/pf-all.json");
+    EXPECT_EQ(ja["prefetch"]["guesses"].get<uint64_t>(), 0u);
+    EXPECT_NE(ja["prefetch"]["state"].get<std::string>().find("holds every expert"), std::string::npos)
+        << ja["prefetch"]["state"];
 }
 
 TEST(Trace, RecordsEveryTokenAndLayerAndSimulateReplaysIt) {

@@ -113,7 +113,7 @@ uint8_t * ExpertStore::slot_ptr(SlotRef r) const {
     return pools_[r.pool].data() + static_cast<uint64_t>(r.slot) * plan_.pools[r.pool].slot_bytes;
 }
 
-std::shared_ptr<Ticket> ExpertStore::load(const LayerLayout & layer, int32_t expert, SlotRef r) {
+std::shared_ptr<Ticket> ExpertStore::load(const LayerLayout & layer, int32_t expert, SlotRef r, bool guess) {
     telemetry_.activity().read(layer_index(layer), static_cast<uint32_t>(expert));
     std::vector<ReadRequest> reqs;
     uint8_t * slot = slot_ptr(r);
@@ -130,7 +130,7 @@ std::shared_ptr<Ticket> ExpertStore::load(const LayerLayout & layer, int32_t exp
         }
         reqs.push_back(q);
     }
-    return reads_.submit(reqs);
+    return reads_.submit(reqs, !guess);
 }
 
 void ExpertStore::loaded(const LayerLayout & layer, SlotRef r) {

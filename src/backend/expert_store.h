@@ -71,8 +71,9 @@ public:
     uint8_t * pool_base(uint32_t pool) const { return pools_[pool].data(); }
     // Whether a test-only fault (pager_faults.h) may move or damage slots.
     bool faults_planted() const { return faults_ != nullptr; }
-    // Starts the reads that fill slot `r` with `expert` of `layer`.
-    std::shared_ptr<Ticket> load(const LayerLayout & layer, int32_t expert, SlotRef r);
+    // Starts the reads that fill slot `r` with `expert` of `layer`: ahead of every queued read
+    // started on a guess unless it is one itself (`guess`).
+    std::shared_ptr<Ticket> load(const LayerLayout & layer, int32_t expert, SlotRef r, bool guess = false);
     // Marks slot `r` ready once its read landed (a test build's fault may damage it here).
     void loaded(const LayerLayout & layer, SlotRef r);
     // Unpins `uses`; a slot whose read did not complete is waited for and forgotten. An error

@@ -220,12 +220,13 @@ void Pager::route(ChainRun & run) {
     telemetry_.counters().arena_seconds += since(run.t_arena);
 }
 
-// Reads started ahead for this layer during the previous one's prompt ubatch are taken over as
-// they are, in flight or landed: an expert selected here waits on its read like a miss of its
-// own, and nothing waits for the ones it does not select until the chain is done. Otherwise the
-// last guess is settled.
+// Reads started ahead for this layer during the previous one's batch are taken over as they
+// are, in flight or landed: an expert selected here waits on its read like a miss of its own.
+// Of a prompt ubatch's reads ahead, nothing waits for the ones it does not select until the
+// chain is done; of a decode guess, nothing waits for them at all. Otherwise the last guess is
+// settled.
 void Pager::take_over_read_ahead(ChainRun & run) {
-    if (run.first && read_ahead_.adopt(run.li, run.adopted)) {
+    if (run.first && read_ahead_.adopt(run.li, run.experts, run.decode, run.adopted)) {
         run.landing.assign(store_.n_expert(), nullptr);
         for (const ExpertUse & u : run.adopted) {
             run.landing[static_cast<size_t>(u.expert)] = u.ticket;
@@ -243,6 +244,9 @@ void Pager::pin(ChainRun & run) {
         const uint32_t e = static_cast<uint32_t>(run.experts[run.next]);
         const uint32_t uses = static_cast<uint32_t>(chain_.expert_rows()[e]);
         auto a = arena.acquire({run.layer_no, e}, run.layer.size_class, uses);
+        if (!a && read_ahead_.land_strays(true)) {
+            a = arena.acquire({run.layer_no, e}, run.layer.size_class, uses);  // unpinned guesses made room
+        }
         if (!a) {
             break;
         }
@@ -250,9 +254,18 @@ void Pager::pin(ChainRun & run) {
         u.expert = run.experts[run.next];
         u.ref = a->ref;
         if (a->hit && !run.landing.empty() && run.landing[e]) {
-            ++telemetry_.counters().readahead_used;
+            telemetry_.counters().readahead_used += !run.decode;
             if (!arena.is_ready(u.ref)) {
                 u.ticket = run.landing[e];  // read ahead and still landing
+            }
+        }
+        if (a->hit && !u.ticket && !arena.is_ready(u.ref)) {
+            // Guessed for an earlier step, not selected then, and still landing.
+            u.ticket = read_ahead_.stray_read(u.ref);
+            if (!u.ticket) {
+                arena.unpin(u.ref);
+                throw Error("internal: expert " + std::to_string(e) + " of layer " + std::to_string(run.layer_no) +
+                            " is in a slot whose read is not done and has no reader");
             }
         }
         if (!a->hit) {

@@ -1,5 +1,8 @@
 #include "backend/read_ahead.h"
 
+#include "util/error.h"
+
+#include <algorithm>
 #include <chrono>
 
 namespace epq {
@@ -32,6 +35,12 @@ ReadAhead::ReadAhead(PrefetchMode mode, const std::string & model_path, const Ex
         if (!predictor_->available()) {
             account_ = PrefetchAccount(PrefetchMode::off, store.layout().layers.size());
             account_.set_state("off (" + predictor_->why() + ")");
+        } else if (store.plan().holds_everything) {
+            // Once read, no expert is missed: a guess would only cost its router (5.9 ms per
+            // token on the 30B shape with the scalar predictor of before). Prompt ubatches still
+            // read ahead while the arena fills.
+            account_ = PrefetchAccount(PrefetchMode::off, store.layout().layers.size());
+            account_.set_state("off (the arena holds every expert)");
         }
     }
     telemetry_.counters().prefetch_mode = mode;
@@ -62,6 +71,7 @@ bool ReadAhead::reads_ahead(size_t li, bool decode) const {
 }
 
 void ReadAhead::predict_next(size_t li, const ggml_tensor * x) {
+    land_strays(false);
     const LayerLayout & next = store_.layout().layers[li + 1];
     SlotArena & arena = store_.arena();
     Pending p;
@@ -80,7 +90,7 @@ void ReadAhead::predict_next(size_t li, const ggml_tensor * x) {
             p.read_bytes.push_back(0);
             continue;
         }
-        p.reads.push_back({static_cast<int32_t>(e), a->ref, store_.load(next, static_cast<int32_t>(e), a->ref)});
+        p.reads.push_back({static_cast<int32_t>(e), a->ref, store_.load(next, static_cast<int32_t>(e), a->ref, true)});
         ++telemetry_.counters().speculative_reads;
         telemetry_.counters().speculative_bytes += expert_bytes;
         p.read_bytes.push_back(expert_bytes);
@@ -143,7 +153,7 @@ void ReadAhead::read_ahead_for_prompt(size_t li, const ggml_tensor * x, int64_t 
         if (!a) {
             break;  // every slot is pinned
         }
-        p.reads.push_back({static_cast<int32_t>(e), a->ref, store_.load(next, static_cast<int32_t>(e), a->ref)});
+        p.reads.push_back({static_cast<int32_t>(e), a->ref, store_.load(next, static_cast<int32_t>(e), a->ref, true)});
         ++telemetry_.counters().speculative_reads;
         ++telemetry_.counters().readahead_reads;
         telemetry_.counters().speculative_bytes += expert_bytes;
@@ -152,13 +162,60 @@ void ReadAhead::read_ahead_for_prompt(size_t li, const ggml_tensor * x, int64_t 
     pending_ = std::move(p);
 }
 
-bool ReadAhead::adopt(size_t li, std::vector<ExpertUse> & adopted) {
-    if (!pending_.valid || !pending_.prefill || pending_.li != li) {
+bool ReadAhead::adopt(size_t li, const std::vector<int32_t> & selected, bool decode, std::vector<ExpertUse> & adopted) {
+    if (!pending_.valid || pending_.li != li || (!pending_.prefill && !decode)) {
         return false;
     }
-    adopted = std::move(pending_.reads);
+    Pending p = std::move(pending_);
     pending_ = Pending{};
-    return true;
+    if (p.prefill) {
+        adopted = std::move(p.reads);
+        return true;
+    }
+    account_.settle(li, p.guessed, p.read_bytes, std::vector<uint32_t>(selected.begin(), selected.end()));
+    for (ExpertUse & u : p.reads) {
+        if (std::find(selected.begin(), selected.end(), u.expert) != selected.end()) {
+            adopted.push_back(std::move(u));
+        } else {
+            strays_.push_back({li, std::move(u)});
+        }
+    }
+    land_strays(false);
+    return !adopted.empty();
+}
+
+std::shared_ptr<Ticket> ReadAhead::stray_read(SlotRef ref) const {
+    for (const Stray & s : strays_) {
+        if (s.use.ref.pool == ref.pool && s.use.ref.slot == ref.slot) {
+            return s.use.ticket;
+        }
+    }
+    return nullptr;
+}
+
+bool ReadAhead::land_strays(bool wait) {
+    std::vector<ExpertUse> landed;
+    std::vector<Stray> rest;
+    for (Stray & s : strays_) {
+        if (!wait && !s.use.ticket->done()) {
+            rest.push_back(std::move(s));
+            continue;
+        }
+        try {
+            s.use.ticket->wait();
+            if (!store_.arena().is_ready(s.use.ref)) {
+                store_.loaded(store_.layout().layers[s.li], s.use.ref);
+            }
+        } catch (const Error &) {
+            // A guess nobody used failed to read: release() forgets its slot, and a layer that
+            // selects the expert reads it again (and reports the error if that fails too).
+        }
+        landed.push_back(std::move(s.use));
+    }
+    strays_ = std::move(rest);
+    const bool any = !landed.empty();
+    store_.release(landed);
+    return any;
 }
 
 void ReadAhead::settle(size_t li, const std::vector<int32_t> & selected, bool decode) {
@@ -186,6 +243,15 @@ void ReadAhead::settle(size_t li, const std::vector<int32_t> & selected, bool de
 }
 
 void ReadAhead::drain() noexcept {
+    try {
+        land_strays(true);
+    } catch (...) {
+        // Only the arena's bookkeeping can throw here; release() below keeps its error.
+    }
+    for (Stray & s : strays_) {
+        pending_.reads.push_back(std::move(s.use));
+    }
+    strays_.clear();
     store_.release(pending_.reads);
     pending_ = Pending{};
 }

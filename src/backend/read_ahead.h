@@ -2,8 +2,10 @@
 // the CPU computes. In decode, the next layer's router applied to this layer's input predicts
 // what it will select (RouterPredictor), and PrefetchAccount settles each guess against the real
 // selection and switches prediction off where it does not pay. In a prompt ubatch, the next
-// layer's experts that are not resident are read while this layer computes, and the next layer
-// takes those reads over as they are.
+// layer's experts that are not resident are read while this layer computes. Either way the next
+// layer takes over the reads of the experts it selects as they are, in flight or landed; in
+// decode, the reads of guesses it did not select land on their own, and nothing waits for them
+// unless their slots are needed.
 #pragma once
 
 #include "arena/prefetch_account.h"
@@ -41,11 +43,17 @@ public:
     // Prompt ubatches: while layer `li` computes, reads the next layer's experts that are not
     // resident, as far as unpinned slots allow. `k`: experts each token selects.
     void read_ahead_for_prompt(size_t li, const ggml_tensor * x, int64_t k);
-    // Moves the reads started ahead for layer `li`'s prompt ubatch into `adopted`, in flight or
-    // landed. False when there are none.
-    bool adopt(size_t li, std::vector<ExpertUse> & adopted);
+    // Moves the reads started ahead for layer `li` into `adopted`, in flight or landed: for a
+    // prompt ubatch all of them, in decode those of the experts in `selected` (the guess is
+    // scored against them; the other reads land on their own). False when none are adopted.
+    bool adopt(size_t li, const std::vector<int32_t> & selected, bool decode, std::vector<ExpertUse> & adopted);
     // Lands the reads of the last guess and, in decode, scores it against `selected` (layer `li`).
     void settle(size_t li, const std::vector<int32_t> & selected, bool decode);
+    // Guessed reads that no layer selected: those landed are kept resident and unpinned; with
+    // `wait`, those in flight are waited for first. True when a slot was unpinned.
+    bool land_strays(bool wait);
+    // The read still landing in slot `ref` for a guess no layer selected yet, or null.
+    std::shared_ptr<Ticket> stray_read(SlotRef ref) const;
 
     // For the statistics.
     const PrefetchAccount & account() const { return account_; }
@@ -60,6 +68,11 @@ private:
         std::vector<uint64_t> read_bytes;
         std::vector<ExpertUse> reads;
     };
+    // A guessed read its layer did not select, still pinned while it lands.
+    struct Stray {
+        size_t li = 0;
+        ExpertUse use;
+    };
     std::vector<uint32_t> prompt_wants(const LayerLayout & next, const ggml_tensor * x, int64_t k) const;
     void drain() noexcept;
 
@@ -69,6 +82,7 @@ private:
     std::unique_ptr<RouterPredictor> predictor_;
     PrefetchAccount account_;
     Pending pending_;
+    std::vector<Stray> strays_;
     std::chrono::steady_clock::time_point token_start_;
     bool token_clock_running_ = false;
 };

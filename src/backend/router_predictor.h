@@ -1,8 +1,9 @@
 // Guesses which experts a MoE layer will select before it runs, by applying that layer's own
 // router to the hidden state entering the previous layer's experts. The residual stream
 // changes little from one layer to the next, so the guess is often right; it costs one small
-// matrix-vector product. The router weights are read through a read-only mapping of the
-// model file, which shares the page cache with llama.cpp's own mapping (no extra memory).
+// matrix-vector product, with ggml's CPU dot product for the router's type. The router weights
+// are read through a read-only mapping of the model file, which shares the page cache with
+// llama.cpp's own mapping (no extra memory).
 #pragma once
 
 #include "gguf/expert_index.h"
@@ -44,7 +45,8 @@ private:
     std::string why_;
     uint32_t n_expert_ = 0, k_ = 0;
     std::unordered_map<int, Router> routers_;
-    mutable std::vector<float> row_, scores_;
+    mutable std::vector<float> scores_;
+    mutable std::vector<uint8_t> x_conv_;  // x in the type the router's dot product pairs with
 };
 
 }  // namespace epq

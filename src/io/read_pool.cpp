@@ -54,7 +54,7 @@ void ReadPool::join() {
     }
 }
 
-std::shared_ptr<Ticket> ReadPool::submit(const std::vector<ReadRequest> & reads) {
+std::shared_ptr<Ticket> ReadPool::submit(const std::vector<ReadRequest> & reads, bool urgent) {
     auto ticket = std::make_shared<Ticket>();
     ticket->remaining_ = reads.size();
     {
@@ -63,7 +63,11 @@ std::shared_ptr<Ticket> ReadPool::submit(const std::vector<ReadRequest> & reads)
             throw Error("internal: a read was submitted after the read pool stopped");
         }
         for (const auto & r : reads) {
-            queue_.push_back(Job{r, ticket});
+            if (urgent) {
+                queue_.insert(queue_.begin() + static_cast<std::ptrdiff_t>(n_urgent_++), Job{r, ticket});
+            } else {
+                queue_.push_back(Job{r, ticket});
+            }
         }
     }
     cv_.notify_all();
@@ -86,6 +90,7 @@ void ReadPool::worker() {
             }
             job = std::move(queue_.front());
             queue_.pop_front();
+            n_urgent_ -= n_urgent_ > 0;
             if (active_++ == 0) {
                 active_since_ = std::chrono::steady_clock::now();
             }

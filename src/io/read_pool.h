@@ -59,7 +59,9 @@ public:
     ReadPool(const ReadPool &) = delete;
     ReadPool & operator=(const ReadPool &) = delete;
 
-    std::shared_ptr<Ticket> submit(const std::vector<ReadRequest> & reads);
+    // `urgent`: a computation waits for these now (a miss); they go before every read that is
+    // not (reads started ahead on a guess), which would otherwise delay it by their length.
+    std::shared_ptr<Ticket> submit(const std::vector<ReadRequest> & reads, bool urgent = true);
     ReadStats stats();
     // Finishes every read already submitted (their `then` work included) and stops the threads,
     // so that no read can write into memory the caller is about to free. Submitting afterwards
@@ -76,7 +78,8 @@ private:
     const ModelReader & reader_;
     std::mutex mu_;
     std::condition_variable cv_;
-    std::deque<Job> queue_;
+    std::deque<Job> queue_;  // urgent reads first, in submission order, then the others
+    size_t n_urgent_ = 0;    // the urgent reads at the queue's front
     bool stop_ = false;
     ReadStats stats_;
     int active_ = 0;
