@@ -54,10 +54,7 @@ TEST(PrefetchAccount, OnStaysOnEvenWhenEverythingIsWasted) {
 
 TEST(PrefetchAccount, AutoSwitchesOffWhenSpeculativeBytesAreMostlyWasted) {
     PrefetchAccount a(PrefetchMode::automatic, 1, /*min_evidence_bytes=*/1000, /*min_useful=*/0.5);
-    // Epoch 0 of the trial is an "off" epoch; step past it so guesses are made.
-    for (int i = 0; i < PrefetchAccount::kEpochTokens; ++i) {
-        a.token_time(0.01);
-    }
+    // Epoch 0 of the trial is an "on" epoch: guesses are made at once.
     ASSERT_TRUE(a.active());
     // 1 useful read in 4 (25% < 50%), 64 reads of 100 B: enough evidence.
     for (int i = 0; i < 16; ++i) {
@@ -65,6 +62,38 @@ TEST(PrefetchAccount, AutoSwitchesOffWhenSpeculativeBytesAreMostlyWasted) {
     }
     EXPECT_FALSE(a.active());
     EXPECT_NE(a.state().find("25%"), std::string::npos) << a.state();
+}
+
+TEST(PrefetchAccount, AutoEndsItsTrialOnWhenSpeculativeBytesAreMostlyUsed) {
+    PrefetchAccount a(PrefetchMode::automatic, 1, /*min_evidence_bytes=*/1000, /*min_useful=*/0.3,
+                      /*sure_useful=*/0.8);
+    ASSERT_TRUE(a.active());
+    // 3 useful reads in 4 (75% < 80%) over 64 reads: the trial goes on, into its "off" epochs.
+    for (int i = 0; i < 16; ++i) {
+        a.settle(0, {1, 2, 3, 4}, {100, 100, 100, 100}, {1, 2, 3, 11});
+    }
+    EXPECT_NE(a.state().find("trial"), std::string::npos) << a.state();
+    for (int i = 0; i < PrefetchAccount::kEpochTokens; ++i) {
+        a.token_time(0.01);
+    }
+    EXPECT_FALSE(a.active()) << "the trial's second epoch is an off one";
+    // Then all four used: after 3 such, 60 of 76 reads (79%); after 4, 64 of 80 (80%): on for
+    // good, whatever the tokens take.
+    PrefetchAccount b(PrefetchMode::automatic, 1, 1000, 0.3, 0.8);
+    for (int i = 0; i < 16; ++i) {
+        b.settle(0, {1, 2, 3, 4}, {100, 100, 100, 100}, {1, 2, 3, 11});
+    }
+    for (int i = 0; i < 3; ++i) {
+        b.settle(0, {1, 2, 3, 4}, {100, 100, 100, 100}, {1, 2, 3, 4});
+    }
+    EXPECT_NE(b.state().find("trial"), std::string::npos) << b.state();
+    b.settle(0, {1, 2, 3, 4}, {100, 100, 100, 100}, {1, 2, 3, 4});
+    EXPECT_TRUE(b.active());
+    EXPECT_EQ(b.state().rfind("on (auto: 80% of the bytes of 80 speculative reads were used", 0), 0u) << b.state();
+    for (int i = 0; i < 8 * PrefetchAccount::kEpochTokens; ++i) {
+        b.token_time(i % 2 ? 0.5 : 0.01);
+        ASSERT_TRUE(b.active()) << "token " << i;
+    }
 }
 
 namespace {

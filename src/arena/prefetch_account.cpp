@@ -44,11 +44,13 @@ double PredictionCounts::useful_fraction() const {
     return ratio(useful_bytes, spec_bytes);
 }
 
-PrefetchAccount::PrefetchAccount(PrefetchMode mode, size_t n_layers, uint64_t min_evidence_bytes, double min_useful)
+PrefetchAccount::PrefetchAccount(PrefetchMode mode, size_t n_layers, uint64_t min_evidence_bytes, double min_useful,
+                                 double sure_useful)
     : mode_(mode),
       active_(mode != PrefetchMode::off),
       min_evidence_bytes_(min_evidence_bytes),
       min_useful_(min_useful),
+      sure_useful_(sure_useful),
       layers_(n_layers),
       in_trial_(mode == PrefetchMode::automatic) {
     state_ = mode == PrefetchMode::off  ? "off (--prefetch off)"
@@ -57,8 +59,9 @@ PrefetchAccount::PrefetchAccount(PrefetchMode mode, size_t n_layers, uint64_t mi
 }
 
 bool PrefetchAccount::trial_on() const {
-    // off on on off off on on off: balanced against a steady trend such as a warming arena.
-    static constexpr bool kOn[kTrialEpochs] = {false, true, true, false, false, true, true, false};
+    // on off off on on off off on: balanced against a steady trend such as a warming arena, and
+    // on first, so that the speculative reads that can settle the trial early start at once.
+    static constexpr bool kOn[kTrialEpochs] = {true, false, false, true, true, false, false, true};
     return kOn[(trial_tokens_ / kEpochTokens) % kTrialEpochs];
 }
 
@@ -133,6 +136,15 @@ void PrefetchAccount::decide() {
                       "threshold %.0f%%)",
                       static_cast<unsigned long long>(total_.spec_reads), 100.0 * total_.useful_fraction(),
                       100.0 * min_useful_);
+        state_ = buf;
+    } else if (in_trial_ && total_.useful_fraction() >= sure_useful_) {
+        in_trial_ = false;
+        char buf[200];
+        std::snprintf(buf, sizeof buf,
+                      "on (auto: %.0f%% of the bytes of %llu speculative reads were used, reads the layers would "
+                      "have missed; threshold %.0f%%)",
+                      100.0 * total_.useful_fraction(), static_cast<unsigned long long>(total_.spec_reads),
+                      100.0 * sure_useful_);
         state_ = buf;
     }
 }

@@ -7,10 +7,11 @@
 // read for experts the layer did not select are wasted: they cost disk time and arena space.
 // Whether it pays depends on the machine (is the disk idle while the CPU computes?) and the
 // model (how predictable is routing?), so auto mode measures it: the first decode tokens run
-// in epochs with prediction off and on, in the order off-on-on-off (balanced against the
+// in epochs with prediction on and off, in the order on-off-off-on (balanced against the
 // arena warming up), and prediction stays on only if its epochs were faster per token. It
 // also turns off early once enough evidence shows that less than `min_useful` of its
-// speculative bytes were used.
+// speculative bytes were used, and ends the trial on once at least `sure_useful` were: those
+// reads are misses the layers would have read anyway, only started a layer earlier.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,8 @@ struct PredictionCounts {
 
 class PrefetchAccount {
 public:
-    PrefetchAccount(PrefetchMode mode, size_t n_layers, uint64_t min_evidence_bytes = 0, double min_useful = 0.5);
+    PrefetchAccount(PrefetchMode mode, size_t n_layers, uint64_t min_evidence_bytes = 0, double min_useful = 0.5,
+                    double sure_useful = 1.01);
 
     // Whether the next guess should be made (in a trial: whether this epoch is an "on" one).
     bool active() const;
@@ -72,6 +74,7 @@ private:
     std::string state_;
     uint64_t min_evidence_bytes_;
     double min_useful_;
+    double sure_useful_;
     PredictionCounts total_;
     std::vector<PredictionCounts> layers_;
     bool in_trial_ = false;

@@ -29,7 +29,7 @@ ReadAhead::ReadAhead(PrefetchMode mode, const std::string & model_path, const Ex
     : store_(store),
       telemetry_(telemetry),
       mode_(mode),
-      account_(mode, store.layout().layers.size(), 64ull << 20, 0.3) {
+      account_(mode, store.layout().layers.size(), 64ull << 20, 0.3, 0.8) {
     if (mode != PrefetchMode::off) {
         predictor_ = std::make_unique<RouterPredictor>(model_path, index);
         if (!predictor_->available()) {
