@@ -44,7 +44,7 @@ struct PredictionCounts {
 class PrefetchAccount {
 public:
     PrefetchAccount(PrefetchMode mode, size_t n_layers, uint64_t min_evidence_bytes = 0, double min_useful = 0.5,
-                    double sure_useful = 1.01);
+                    double sure_useful = 1.01);  // above 1: the trial never ends on early
 
     // Whether the next guess should be made (in a trial: whether this epoch is an "on" one).
     bool active() const;

@@ -242,12 +242,8 @@ void ReadAhead::settle(size_t li, const std::vector<int32_t> & selected, bool de
     }
 }
 
+// The pager is going away: release() waits for every read still in flight.
 void ReadAhead::drain() noexcept {
-    try {
-        land_strays(true);
-    } catch (...) {
-        // Only the arena's bookkeeping can throw here; release() below keeps its error.
-    }
     for (Stray & s : strays_) {
         pending_.reads.push_back(std::move(s.use));
     }

@@ -84,7 +84,7 @@ std::vector<uint32_t> RouterPredictor::predict(int layer, const float * x, int64
     scores_.resize(n_expert_);
     // ggml's own dot product for the router's type (SIMD; x converted once to the type it pairs
     // with). A guess needs the ranking, not llama.cpp's rounding; a scalar loop in double took
-    // 0.12 ms a layer on the 30B shape, a twelfth of the layer's expert compute.
+    // 0.12 ms a layer on the 30B shape, an eighth of the layer's expert compute.
     const auto * cpu = ggml_get_type_traits_cpu(r.type);
     const void * xv = x;
     if (cpu->vec_dot_type != GGML_TYPE_F32) {
