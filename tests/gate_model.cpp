@@ -12,13 +12,19 @@ GateModel::GateModel(const std::string & path, const GateConfig & cfg) {
     so.n_ctx = cfg.n_ctx;
     so.n_batch = 512;
     so.use_extra_bufts = cfg.repack;
+    so.n_gpu_layers = cfg.n_gpu_layers;
+    so.cpu_moe = cfg.cpu_moe;
+    so.op_offload = cfg.op_offload;
+    so.no_host = cfg.no_host;
     if (cfg.paged) {
         PagedModelOptions po;
         po.arena = std::to_string(cfg.arena);
         po.n_ctx = cfg.n_ctx;
-        po.layout = cfg.repack ? WeightLayout::repacked : WeightLayout::file;
+        po.layout = cfg.auto_layout ? WeightLayout::automatic
+                    : cfg.repack    ? WeightLayout::repacked
+                                    : WeightLayout::file;
         paged_ = std::make_unique<PagedModel>(path, po);
-        so.overrides = paged_->overrides();
+        paged_->configure(so);  // as epq run loads it
     }
     session_ = std::make_unique<LlamaSession>(path, so);
     if (paged_) {

@@ -3,6 +3,9 @@
 #include "backend/pager_device.h"
 #include "util/error.h"
 
+#include "common.h"
+
+#include <algorithm>
 #include <mutex>
 
 namespace epq {
@@ -16,12 +19,49 @@ void init_backend_once() {
 
 }  // namespace
 
+std::vector<ggml_backend_dev_t> gpu_devices() {
+    init_backend_once();
+    std::vector<ggml_backend_dev_t> out;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        const auto type = ggml_backend_dev_type(dev);
+        if (type == GGML_BACKEND_DEVICE_TYPE_GPU || type == GGML_BACKEND_DEVICE_TYPE_IGPU) {
+            out.push_back(dev);
+        }
+    }
+    return out;
+}
+
+std::string gpu_layers_line(int n_gpu_layers, uint32_t n_layer) {
+    std::string gpus;
+    for (ggml_backend_dev_t dev : gpu_devices()) {
+        gpus += (gpus.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(dev)) + " (" +
+                ggml_backend_dev_description(dev) + ")";
+    }
+    if (gpus.empty()) {
+        return "";
+    }
+    // llama.cpp counts the output layer as one more: -ngl n_layer + 1 offloads everything.
+    const uint32_t all = n_layer + 1;
+    const uint32_t on_gpu = n_gpu_layers < 0 ? all : std::min<uint32_t>(static_cast<uint32_t>(n_gpu_layers), all);
+    return std::to_string(on_gpu) + " of " + std::to_string(all) + " layers (with the output layer) on " + gpus;
+}
+
 LlamaSession::LlamaSession(const std::string & model_path, const SessionOptions & opts)
     : opts_(opts), model_path_(model_path) {
     init_backend_once();
     llama_model_params mp = llama_model_default_params();
     mp.use_extra_bufts = opts.use_extra_bufts;
     mp.tensor_buft_overrides = opts.overrides;
+    mp.n_gpu_layers = opts.n_gpu_layers;
+    mp.no_host = opts.no_host;
+    if (opts.cpu_moe) {
+        if (opts.overrides) {
+            throw Error("cpu_moe is stock's placement of the experts: a paged model's are the pager's");
+        }
+        cpu_moe_overrides_ = {llm_ffn_exps_cpu_override(), {nullptr, nullptr}};
+        mp.tensor_buft_overrides = cpu_moe_overrides_.data();
+    }
     model_ = llama_model_load_from_file(model_path.c_str(), mp);
     if (!model_) {
         throw Error("llama.cpp could not load " + model_path + " (its reason is printed above)");
@@ -51,6 +91,7 @@ void LlamaSession::open_context() {
     cp.n_threads_batch = opts_.n_threads;
     cp.cb_eval = opts_.cb_eval;
     cp.cb_eval_user_data = opts_.cb_eval_user_data;
+    cp.op_offload = opts_.op_offload;
     ctx_ = llama_init_from_model(model_, cp);
     if (!ctx_) {
         throw Error("llama.cpp could not create a context for " + model_path_ + " (n_ctx " +

@@ -25,10 +25,30 @@ struct SessionOptions {
     bool use_extra_bufts = true;
     // Expert tensors to the pager's buffer type (PagedModel::overrides); null for stock.
     const llama_model_tensor_buft_override * overrides = nullptr;
+    // Layers on a GPU (llama.cpp's -ngl; -1: llama.cpp's default, every layer). Nothing where
+    // ggml has no GPU backend. A paged model's routed experts stay with the pager whatever this is.
+    int n_gpu_layers = -1;
+    // Stock only (no overrides): routed experts in CPU memory, computed on the CPU (llama.cpp's
+    // --cpu-moe): the stock configuration a paged run with -ngl is identical to.
+    bool cpu_moe = false;
+    // llama.cpp's op offload: large batches of ops on CPU weights computed on the GPU (false is
+    // --no-op-offload). The pager's experts are never offloaded: their buffer holds no bytes.
+    bool op_offload = true;
+    // llama.cpp's --no-host: CPU weights bypass a GPU's host buffer, so the repack buffer can
+    // take them (weight_layout.h).
+    bool no_host = false;
     // Observes graph nodes (llama_context_params.cb_eval); used by the verify checks.
     ggml_backend_sched_eval_callback cb_eval = nullptr;
     void * cb_eval_user_data = nullptr;
 };
+
+// ggml's GPU devices on this build and machine (discrete or integrated; none without a GPU
+// backend, and ggml's Vulkan backend skips CPU devices unless GGML_VK_VISIBLE_DEVICES names them).
+std::vector<ggml_backend_dev_t> gpu_devices();
+
+// What -ngl N does on this build and machine, for the load line: "" where ggml has no GPU
+// device, else e.g. "24 of 49 layers (the output layer counts as one) on Vulkan0 (...)".
+std::string gpu_layers_line(int n_gpu_layers, uint32_t n_layer);
 
 class LlamaSession {
 public:
@@ -58,6 +78,7 @@ public:
 
 private:
     void open_context();
+    std::vector<llama_model_tensor_buft_override> cpu_moe_overrides_;  // null-terminated
 
     llama_model * model_ = nullptr;
     llama_context * ctx_ = nullptr;

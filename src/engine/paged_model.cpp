@@ -8,6 +8,8 @@
 #include "util/byte_size.h"
 #include "util/error.h"
 
+#include "common.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -137,7 +139,8 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
         arena_reasoning_ = "--arena " + opts.arena;
     }
 
-    repack_ = layout_repacks(opts.layout, arena >= all_slots);
+    gpu_host_ = gpu_host_buffer_first();
+    repack_ = layout_repacks(opts.layout, arena >= all_slots, gpu_host_);
 
     PagerOptions po;
     po.arena_bytes = arena;
@@ -165,6 +168,10 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     for (const auto & p : override_patterns_) {
         overrides_.push_back({p.c_str(), pager_buffer_type()});
     }
+    // What else belongs to the routed experts (their biases, scales) stays in CPU memory, as
+    // stock's --cpu-moe keeps it: beside a GPU it would otherwise go there with its layer, and
+    // the ops that use it with it, where stock computes them on the CPU.
+    overrides_.push_back(llm_ffn_exps_cpu_override());
     overrides_.push_back({nullptr, nullptr});
 
     // Prefetch exactly the bytes llama.cpp loads that are not routed experts, in every file of the
@@ -197,6 +204,15 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
         files.push_back({s.path, within(dense, s.base, s.base + s.size), within(locked, s.base, s.base + s.size)});
     }
     set_lazy_mapping(std::move(files));
+}
+
+void PagedModel::configure(SessionOptions & so) const {
+    so.overrides = overrides();
+    so.use_extra_bufts = repack_;
+    so.no_host = repack_ && gpu_host_;
+    if (gpu_host_) {
+        so.op_offload = false;
+    }
 }
 
 DenseLock PagedModel::loaded() {

@@ -5,6 +5,7 @@
 
 #include "backend/mmap_policy.h"
 #include "backend/pager.h"
+#include "engine/llama_session.h"
 #include "engine/weight_layout.h"
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
@@ -50,8 +51,16 @@ public:
     // The layout chosen: weights repacked as stock's default flags do (true), or the file's (-nr).
     // The llama.cpp session must load the dense weights the same way (use_extra_bufts).
     bool repack() const { return repack_; }
+    // Whether a GPU's host buffer holds llama.cpp's CPU weights (weight_layout.h). With repack(),
+    // the session must then bypass it (llama_model_params.no_host, stock's --no-host).
+    bool gpu_host() const { return gpu_host_; }
     // Null-terminated, for llama_model_params.tensor_buft_overrides.
     const llama_model_tensor_buft_override * overrides() const { return overrides_.data(); }
+    // How the llama.cpp session must load this model: the overrides, the layout of the weights it
+    // keeps (use_extra_bufts, no_host) and, beside a GPU, no op offload: the scheduler would copy
+    // CPU weights to the GPU for large batches, which the pager's byte-less experts cannot be,
+    // so the stock configuration a run matches is --cpu-moe --no-op-offload.
+    void configure(SessionOptions & so) const;
     // Call once the model is loaded: returns the dense bytes locked in RAM, and why not all were
     // (0: all were). Later mappings of the file (a model loaded again) get the same policy.
     DenseLock loaded();
@@ -61,6 +70,7 @@ private:
     std::unique_ptr<Pager> pager_;
     std::string arena_reasoning_;
     bool repack_ = true;
+    bool gpu_host_ = false;
     std::vector<std::string> override_patterns_;  // owned here: overrides_ points into them
     std::vector<llama_model_tensor_buft_override> overrides_;
 };

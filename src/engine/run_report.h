@@ -21,6 +21,7 @@ struct RunReport {
     uint64_t storage_read_bytes = 0;  // this process's reads from storage (/proc/self/io), mmap faults included
     int n_threads = 0;
     bool repack = true;                // weights repacked (stock's default layout) or the file's (-nr)
+    bool gpu_host = false;             // a GPU's host buffer holds CPU weights (weight_layout.h)
     uint64_t dense_locked_bytes = 0;   // dense weights locked in RAM (paged runs)
     uint64_t expert_tensor_bytes = 0;  // expert tensor bytes llama.cpp placed in the pager's buffer
 

@@ -11,6 +11,12 @@
 // chooses. Within this tree stock has no flag that keeps experts in the file's layout while it
 // repacks the dense matrices (`-ot exps=CPU` still picks the repack buffer for CPU weights), so
 // the file's layout is stock's -nr for every weight: the one stock configuration it matches.
+//
+// Where ggml has a GPU device, llama.cpp puts the weights it keeps on the CPU (the routed experts
+// with --cpu-moe, every weight of the layers -ngl leaves there) in the GPU's host buffer, which
+// comes before the repack buffer: stock's default flags then repack nothing, and its --no-host
+// is the configuration that repacks. The layout follows: the file's by default, repacked (with
+// --no-host for the dense weights) only when asked.
 #pragma once
 
 #include <string>
@@ -23,13 +29,18 @@ enum class WeightLayout {
     file,       // -nr / --no-repack: stock -nr
 };
 
-// Whether weights are held repacked for `layout`, given whether the arena holds every expert.
-bool layout_repacks(WeightLayout layout, bool arena_holds_everything);
+// Whether llama.cpp holds CPU weights in a GPU's host buffer (a GPU device is visible): stock's
+// default flags then keep every CPU weight in the file's layout.
+bool gpu_host_buffer_first();
+
+// Whether weights are held repacked for `layout`, given whether the arena holds every expert and
+// whether a GPU's host buffer comes first (gpu_host_buffer_first()).
+bool layout_repacks(WeightLayout layout, bool arena_holds_everything, bool gpu_host = false);
 
 // The stock llama.cpp configuration a run in this layout is identical to, for messages.
-std::string stock_configuration(bool repack);
+std::string stock_configuration(bool repack, bool gpu_host = false);
 
 // One line for the start of a run: the layout, why, and the stock configuration it matches.
-std::string layout_line(WeightLayout asked, bool repack);
+std::string layout_line(WeightLayout asked, bool repack, bool gpu_host = false);
 
 }  // namespace epq

@@ -245,6 +245,13 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
                             COMMON_SPECULATIVE_TYPE_DRAFT_MTP) != params.speculative.types.end();
     ps->model = std::make_unique<PagedModel>(params.model.path, po);
     params.no_extra_bufts = !ps->model->repack();
+    // Beside a GPU (PagedModel::configure): repacked past the GPU's host buffer, as stock's
+    // --no-host, and no op offload.
+    params.no_host = params.no_host || (ps->model->repack() && ps->model->gpu_host());
+    if (ps->model->gpu_host() && !params.no_op_offload) {
+        params.no_op_offload = true;
+        note("op offload is off: the pager's experts have no bytes to copy to the GPU (stock's --no-op-offload)");
+    }
     // llama-server only sees a failed decode ("Compute error."): the log says why.
     log_pager_errors(true);
     // What llama-server decodes while it loads is its start-up probe (warm-up is off): nothing
@@ -263,8 +270,8 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
         note("llama.cpp's warm-up is off: it runs every expert of every layer once, which would read all " +
              format_bytes(idx.expert_bytes) + " of experts before the first request");
     }
-    note(layout_line(po.layout, ps->model->repack()) + "; " + std::to_string(params.n_parallel) + " slots, context " +
-         std::to_string(params.n_ctx) + " tokens");
+    note(layout_line(po.layout, ps->model->repack(), ps->model->gpu_host()) + "; " + std::to_string(params.n_parallel) +
+         " slots, context " + std::to_string(params.n_ctx) + " tokens");
     plan_decode_streams(params, *ps);
     return ps;
 }

@@ -65,13 +65,15 @@ int main(int argc, char ** argv) {
     if (self.size() >= 8 && self.compare(self.size() - 8, 8, "epq-chat") == 0) {
         args.insert(args.begin(), "chat");
     }
-    // llama.cpp's two-letter short flags, which CLI11 cannot name: -np N is --parallel N, -nr
-    // is --no-repack.
+    // llama.cpp's multi-letter short flags, which CLI11 cannot name: -np N is --parallel N, -nr
+    // is --no-repack, -ngl N is --n-gpu-layers N.
     for (auto & a : args) {
         if (a == "-np") {
             a = "--parallel";
         } else if (a == "-nr") {
             a = "--no-repack";
+        } else if (a == "-ngl") {
+            a = "--n-gpu-layers";
         }
     }
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order

@@ -41,6 +41,21 @@ void add_pager_flags(CLI::App & sub, RunOptions & o) {
         ->capture_default_str();
     sub.add_flag("--preload", o.preload,
                  "fill the arena with experts (file order) before the prompt: for an arena that holds the model");
+    sub.add_option(
+           "--n-gpu-layers", o.n_gpu_layers,
+           "(-ngl) layers on the GPU, as llama.cpp's -ngl (default: all of them where ggml has a GPU backend; a "
+           "build without one runs every layer on the CPU). The routed experts stay with the pager, "
+           "computed on the CPU: output identical to stock llama.cpp with -ngl N --cpu-moe --no-op-offload")
+        ->check(CLI::Range(-1, 100000));
+    sub.add_flag("--cpu-moe", o.cpu_moe,
+                 "with --no-pager: keep stock llama.cpp's routed experts in CPU memory (its --cpu-moe); paged runs "
+                 "always do");
+    sub.add_flag("--no-op-offload", o.no_op_offload,
+                 "with --no-pager, as llama.cpp's: compute large batches of ops on CPU weights on the CPU, not the "
+                 "GPU (paged runs beside a GPU always do: the pager's experts have no bytes to copy)");
+    sub.add_flag("--no-host", o.no_host,
+                 "with --no-pager, as llama.cpp's: CPU weights bypass a GPU's host buffer, so ggml can repack them "
+                 "(paged runs do with --repack)");
     sub.add_flag("-v,--verbose", o.verbose, "show llama.cpp's own log");
 }
 
@@ -90,6 +105,8 @@ LoadedModel load_model(const RunOptions & o) {
     // Stock (--no-pager) runs with llama.cpp's default layout unless -nr; a paged run's layout is
     // chosen with its arena (weight_layout.h).
     so.use_extra_bufts = !o.no_repack;
+    so.n_gpu_layers = o.n_gpu_layers;
+    so.op_offload = !o.no_op_offload;
     m.n_threads = so.n_threads;
     // A model without routed experts has nothing to page: say so and run it as stock does.
     const bool dense = !o.no_pager && !has_routed_experts(file);
@@ -124,10 +141,14 @@ LoadedModel load_model(const RunOptions & o) {
                      format_bytes(idx.dense_bytes).c_str(), format_bytes(idx.expert_bytes).c_str(),
                      format_bytes(plan.bytes).c_str(), pools.c_str(),
                      plan.holds_everything ? ": every expert fits" : "", m.paged->arena_reasoning().c_str());
-        std::fprintf(stderr, "epq: %s\n", layout_line(po.layout, m.paged->repack()).c_str());
-        so.use_extra_bufts = m.paged->repack();
-        so.overrides = m.paged->overrides();
+        std::fprintf(stderr, "epq: %s\n", layout_line(po.layout, m.paged->repack(), m.paged->gpu_host()).c_str());
+        m.paged->configure(so);
+        if (o.cpu_moe) {
+            std::fprintf(stderr, "epq: note: --cpu-moe: the routed experts stay with the pager, on the CPU\n");
+        }
     } else {
+        so.cpu_moe = o.cpu_moe && !dense;
+        so.no_host = o.no_host;
         if (!o.trace.empty()) {
             throw Error("--trace records the pager's view of routing: " +
                         std::string(dense ? "this model has no routed experts" : "drop --no-pager"));
@@ -137,8 +158,16 @@ LoadedModel load_model(const RunOptions & o) {
                          o.no_repack ? "no repacking" : "weights repacked where ggml can, its default");
         }
     }
-    m.repack = so.use_extra_bufts;
+    m.repack = so.use_extra_bufts && (so.no_host || !gpu_host_buffer_first());
+    m.gpu_host = gpu_host_buffer_first();
     m.session = std::make_unique<LlamaSession>(o.model, so);
+    const std::string gpu = gpu_layers_line(o.n_gpu_layers, llama_model_n_layer(m.session->model()));
+    if (!gpu.empty()) {
+        std::fprintf(stderr, "epq: %s; routed experts %s\n", gpu.c_str(),
+                     m.paged      ? "with the pager, computed on the CPU"
+                     : so.cpu_moe ? "on the CPU (--cpu-moe)"
+                                  : "placed by llama.cpp");
+    }
     if (m.paged) {
         const DenseLock lock = m.paged->loaded();
         m.dense_locked_bytes = lock.bytes;
@@ -173,6 +202,7 @@ void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
     report.load_seconds = m.load_seconds;
     report.n_threads = m.n_threads;
     report.repack = m.repack;
+    report.gpu_host = m.gpu_host;
     report.peak_rss_bytes = peak_rss_bytes();
     report.storage_read_bytes = storage_read_bytes();
     if (m.paged) {

@@ -37,12 +37,16 @@ struct RunOptions {
     std::string policy = "lfu";
     std::string trace;
     bool preload = false;
+    int n_gpu_layers = -1;  // -ngl: layers on a GPU (-1: llama.cpp's default, all of them)
+    bool cpu_moe = false;   // --cpu-moe with --no-pager: stock's experts on the CPU
+    bool no_op_offload = false;
+    bool no_host = false;     // --no-host with --no-pager: CPU weights bypass a GPU's host buffer
     std::string replay;       // drive decode with this text's tokens instead of sampling
     int replay_prompt = 128;  // of which the first this many are the prompt
 };
 
-// Registers --no-pager, --arena, --read-threads, --prefetch, --policy, --preload, --verbose:
-// how a model is loaded (shared with epq serve).
+// Registers --no-pager, --arena, --read-threads, --prefetch, --policy, --preload, -ngl,
+// --cpu-moe, --no-op-offload, --verbose: how a model is loaded.
 void add_pager_flags(CLI::App & sub, RunOptions & o);
 
 // Registers -m, -n, -t, -c, -b, sampling, the pager flags, --trace, --stats, --stats-json,
@@ -55,6 +59,7 @@ struct LoadedModel {
     std::unique_ptr<LlamaSession> session;
     int n_threads = 0;
     bool repack = true;  // the weight layout the run holds (weight_layout.h)
+    bool gpu_host = false;
     double load_seconds = 0.0;
     uint64_t dense_locked_bytes = 0;
     uint64_t expert_tensor_bytes = 0;  // what llama.cpp placed in the pager's buffer
