@@ -96,6 +96,12 @@ endif()
 if("thread" IN_LIST EPQ_SANITIZE)
   set(GGML_OPENMP OFF CACHE BOOL "" FORCE)
 endif()
+# llama.cpp's Vulkan backend beside the CPU (scripts/setup.sh --vulkan, which also finds a shader
+# compiler and headers new enough for the pinned tree: scripts/vulkan-tools.sh). -ngl then puts
+# layers on a GPU while every routed expert stays with the pager. Off by default: the shaders
+# take minutes to compile and a machine without a GPU gains nothing.
+option(EPQ_VULKAN "Build llama.cpp's Vulkan backend (-ngl: layers on a GPU beside the pager)" OFF)
+set(GGML_VULKAN ${EPQ_VULKAN} CACHE BOOL "" FORCE)
 add_subdirectory("${_src}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL SYSTEM)
 if("thread" IN_LIST EPQ_SANITIZE)
   target_compile_options(ggml-cpu PRIVATE -fsanitize=thread)

@@ -34,7 +34,7 @@ finish() {
   echo "test:   $(printf '%-34s %6d s' total $((SECONDS - run_start)))"
   # The tests share the models they synthesize through <build>/tests/models (see
   # tests/test_util.cpp); they are removed when the run ends (several GB).
-  rm -rf build/tests/models build-asan/tests/models build-tsan/tests/models
+  rm -rf build/tests/models build-asan/tests/models build-tsan/tests/models build-vulkan/tests/models
   exit "$rc"
 }
 trap finish EXIT
@@ -152,6 +152,27 @@ tsan_tests() {
   rm -rf build-tsan/tests/models
 }
 
+# The pager beside a GPU: llama.cpp's Vulkan backend (build-vulkan/), tested on Mesa's software
+# Vulkan device (lavapipe) against stock llama.cpp with the same split (tests/test_devices.cpp).
+# Where its packages cannot be installed (not root), the stage says so and is skipped.
+vulkan_build() {
+  if [[ $(id -u) -ne 0 ]] && ! dpkg -s libvulkan-dev spirv-headers mesa-vulkan-drivers >/dev/null 2>&1; then
+    echo "test: SKIPPED the Vulkan stage: it needs libvulkan-dev spirv-headers mesa-vulkan-drivers (sudo apt-get install)"
+    vulkan_skipped=1
+    return 0
+  fi
+  scripts/setup.sh --vulkan build-vulkan
+}
+vulkan_tests() {
+  if ((vulkan_skipped)); then
+    echo "test: SKIPPED the Vulkan tests (no Vulkan build)"
+    return 0
+  fi
+  (cd build-vulkan && GGML_VK_VISIBLE_DEVICES=0 ctest -j "$jobs" --output-on-failure --no-tests=error -R '^(Devices/)?GpuHybrid')
+  rm -rf build-vulkan/tests/models
+}
+vulkan_skipped=0
+
 stage "setup and build" scripts/setup.sh build
 stage "test tools (npm, chromium)" install_test_tools
 stage "regular tests" regular_tests
@@ -162,4 +183,6 @@ if ((fast == 0)); then
   stage "fuzzing (60 s, libFuzzer)" scripts/fuzz.sh 60
   stage "TSan build (ggml-cpu instrumented)" scripts/setup.sh build-tsan -DEPQ_SANITIZE=thread
   stage "TSan tests" tsan_tests
+  stage "Vulkan build (llama.cpp's backend)" vulkan_build
+  stage "Vulkan tests (lavapipe)" vulkan_tests
 fi

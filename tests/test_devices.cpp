@@ -1,0 +1,166 @@
+// The pager beside other ggml devices. With -ngl, llama.cpp puts attention, norms, routers and
+// the dense weights of those layers on a GPU while every routed expert stays with the pager,
+// paged and computed on the CPU: stock llama.cpp's `-ngl N --cpu-moe` with experts bounded by the
+// arena instead of mmap. Each case compares logits byte for byte with stock built from the same
+// tree and run with the same split and --cpu-moe, with op offload off on both sides (stock
+// would otherwise copy its CPU experts to the GPU for large batches; the pager's hold no bytes
+// to copy).
+//
+// In a build with a GPU backend (scripts/setup.sh --vulkan) the tests need a device: Mesa's
+// software Vulkan device (lavapipe, Debian's mesa-vulkan-drivers) does, made visible with
+// GGML_VK_VISIBLE_DEVICES=0 (ggml's Vulkan backend skips CPU devices otherwise). A build without
+// one skips them and says why.
+#include "gate_model.h"
+#include "test_util.h"
+
+#include "engine/llama_session.h"
+#include "engine/weight_layout.h"
+#include "gguf/expert_index.h"
+#include "synth/arch_fixture.h"
+#include "verify/sample_text.h"
+
+#include "ggml-backend.h"
+
+#include <gtest/gtest.h>
+#include <map>
+
+using namespace epq;
+using namespace epq::test;
+
+namespace {
+
+bool gpu_visible() {
+    return !gpu_devices().empty();
+}
+
+// Skips (a build without a GPU backend) or fails (one whose device is missing) unless a GPU
+// device is visible.
+#define REQUIRE_GPU()                                                                                       \
+    do {                                                                                                    \
+        if (!gpu_visible()) {                                                                               \
+            if (EPQ_GPU_BACKEND[0] == '\0') {                                                               \
+                GTEST_SKIP() << "built without a GPU backend: scripts/setup.sh --vulkan builds one";        \
+            }                                                                                               \
+            FAIL() << "built with " << EPQ_GPU_BACKEND << " but no device is visible: for Mesa's software " \
+                   << "device install mesa-vulkan-drivers and set GGML_VK_VISIBLE_DEVICES=0";               \
+        }                                                                                                   \
+    } while (0)
+
+std::string prompt_of(size_t n) {
+    std::string s;
+    while (s.size() < n) {
+        s += sample_text();
+    }
+    return s.substr(0, n);
+}
+
+struct HybridCase {
+    std::string name;   // test name
+    std::string arch;   // GGUF architecture
+    std::string quant;  // "" for an arch fixture (llama.cpp's own shapes, the fixture's types)
+    // Also the split with the first block on the CPU, and the repacked layout (against stock's
+    // --no-host): the software device is slow, so one case goes deep and the others go wide.
+    bool deep = false;
+};
+
+void PrintTo(const HybridCase & c, std::ostream * os) {
+    *os << c.name;
+}
+
+std::vector<HybridCase> hybrid_cases() {
+    return {
+        {"qwen3moe_q4_K", "qwen3moe", "q4_K", true},  // a type ggml repacks on x86
+        {"qwen3moe_q8_0", "qwen3moe", "q8_0"},
+        {"olmoe_q4_0", "olmoe", "q4_0"},
+        {"gpt_oss", "gpt-oss", ""},      // MXFP4 experts, biases, its own activation
+        {"deepseek2", "deepseek2", ""},  // shared experts, sigmoid routing with a bias
+        {"qwen35moe", "qwen35moe", ""},  // recurrent layers beside attention
+    };
+}
+
+std::string model_for(const HybridCase & c) {
+    if (!c.quant.empty()) {
+        SynthConfig cfg = tiny(c.arch, c.quant);
+        cfg.shape.n_layer = 2;
+        return synth_model("device-" + c.name, cfg);
+    }
+    const std::string path = temp_dir() + "/device-" + c.name + ".gguf";
+    write_arch_fixture(c.arch, path, ArchFixtureOptions{});
+    return path;
+}
+
+}  // namespace
+
+class GpuHybrid : public ::testing::TestWithParam<HybridCase> {};
+
+// Every layer on the GPU (and, for the deep case, every layer but the first block), at prompt
+// batches of 8 and 64 tokens (below and above the 32 rows where ggml's CPU kernels change) and
+// decode; the pager at its minimum arena (constant eviction) and at one that holds every expert.
+// The layout is the one epq chooses beside a GPU, the file's, against stock's default flags with
+// --cpu-moe; the deep case also holds experts repacked (--repack) against stock --no-host.
+TEST_P(GpuHybrid, LayersOnTheGpuWithPagedExpertsMatchStockCpuMoe) {
+    REQUIRE_GPU();
+    const HybridCase & c = GetParam();
+    const std::string model = model_for(c);
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
+    const std::string prompt = prompt_of(360);  // 70-90 tokens: one full 64-token batch
+    const int all = static_cast<int>(idx.n_layer) + 1;
+    const std::vector<int> splits = c.deep ? std::vector<int>{all, all - 1} : std::vector<int>{all};
+    const std::vector<bool> repacks = c.deep ? std::vector<bool>{false, true} : std::vector<bool>{false};
+    for (const int ngl : splits) {
+        for (const bool repack : repacks) {
+            const std::string what = c.name + ", -ngl " + std::to_string(ngl) + (repack ? ", --repack" : "");
+            std::map<uint32_t, GateRun> stock;
+            {
+                GateConfig sc;
+                sc.n_gpu_layers = ngl;
+                sc.cpu_moe = true;
+                sc.op_offload = false;
+                sc.no_host = repack;
+                GateModel m(model, sc);
+                for (const uint32_t b : {8u, 64u}) {
+                    stock[b] = m.run(prompt, 3, b);
+                    ASSERT_GT(stock[b].n_prompt, 64) << what << ": the prompt is too short for a 64-token batch";
+                    ASSERT_EQ(stock[b].n_generated, 3) << what << ": stock stopped early";
+                }
+            }
+            for (const uint64_t arena : {idx.min_arena_bytes, 2 * idx.expert_bytes}) {
+                GateConfig pc;
+                pc.paged = true;
+                pc.arena = arena;
+                pc.n_gpu_layers = ngl;  // op offload: off beside a GPU (PagedModel::configure)
+                pc.auto_layout = !repack;
+                pc.repack = repack;
+                GateModel m(model, pc);
+                ASSERT_TRUE(m.paged()->gpu_host()) << "the GPU's host buffer was not seen";
+                EXPECT_EQ(m.paged()->repack(), repack) << what;
+                for (const uint32_t b : {8u, 64u}) {
+                    const GateRun paged = m.run(prompt, 3, b);
+                    EXPECT_TRUE(paged.logits == stock[b].logits)
+                        << what << ", batch " << b << ", arena " << arena << " B: paged logits differ from "
+                        << stock_configuration(repack, true);
+                    EXPECT_GT(paged.after.expert_lookups, paged.before.expert_lookups)
+                        << what << ": the pager computed no expert";
+                }
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, GpuHybrid, ::testing::ValuesIn(hybrid_cases()),
+                         [](const auto & p) { return p.param.name; });
+
+// The placement says where layers went and that the experts stayed with the pager.
+TEST(GpuHybridRun, TheLoadLineSaysWhereLayersAndExpertsAre) {
+    REQUIRE_GPU();
+    SynthConfig cfg = tiny("qwen3moe", "q4_K");
+    cfg.shape.n_layer = 2;
+    const std::string model = synth_model("device-qwen3moe_q4_K", cfg);
+    const CommandResult r = run_epq({"run", "-m", model, "-p", "Hello", "-n", "2", "-ngl", "2"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("2 of 3 layers (with the output layer) on "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("routed experts with the pager, computed on the CPU"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("output identical to stock llama.cpp with --cpu-moe --no-op-offload (and the same -ngl)"),
+              std::string::npos)
+        << r.err;
+}
