@@ -43,6 +43,17 @@ install_test_tools() {
   # The client tests drive epq serve with the openai, Anthropic and Vercel AI SDKs and puppeteer-core,
   # pinned by the lockfile.
   (cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)
+  # The replica test puts HAProxy in front of two servers (it skips without it).
+  if ! command -v haproxy >/dev/null 2>&1; then
+    if [[ $(id -u) -eq 0 ]]; then
+      echo "test: installing haproxy for the replica test"
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -qq --no-install-recommends haproxy >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get install -y -qq --no-install-recommends haproxy >/dev/null; }
+    else
+      echo "test: haproxy is missing, so the replica test will be skipped (sudo apt-get install haproxy)"
+    fi
+  fi
   # llama.cpp's web UI and the pager's page are tried in Debian's chromium, driven headless (the test skips without it).
   if command -v chromium >/dev/null 2>&1; then
     return 0
@@ -174,7 +185,7 @@ vulkan_tests() {
 vulkan_skipped=0
 
 stage "setup and build" scripts/setup.sh build
-stage "test tools (npm, chromium)" install_test_tools
+stage "test tools (npm, chromium, haproxy)" install_test_tools
 stage "regular tests" regular_tests
 
 if ((fast == 0)); then
