@@ -12,11 +12,12 @@
 // repacks the dense matrices (`-ot exps=CPU` still picks the repack buffer for CPU weights), so
 // the file's layout is stock's -nr for every weight: the one stock configuration it matches.
 //
-// Where ggml has a GPU device, llama.cpp puts the weights it keeps on the CPU (the routed experts
-// with --cpu-moe, every weight of the layers -ngl leaves there) in the GPU's host buffer, which
-// comes before the repack buffer: stock's default flags then repack nothing, and its --no-host
-// is the configuration that repacks. The layout follows: the file's by default, repacked (with
-// --no-host for the dense weights) only when asked.
+// Where ggml has a GPU device, llama.cpp chooses the GPU's host buffer type for the weights it
+// keeps on the CPU (the routed experts with --cpu-moe, every weight of the layers -ngl leaves
+// there), ahead of the repack buffer, and with mmap the plain CPU buffer in its place: stock's
+// default flags then repack nothing, and its --no-host is the configuration that repacks. The
+// layout follows: the file's by default, repacked (with --no-host for the dense weights) only
+// when asked.
 #pragma once
 
 #include <string>
