@@ -154,8 +154,13 @@ LoadedModel load_model(const RunOptions & o) {
                         std::string(dense ? "this model has no routed experts" : "drop --no-pager"));
         }
         if (!dense) {
+            // Beside a GPU stock's default repacks nothing (weight_layout.h); --no-host does.
+            const char * layout = o.no_repack ? "no repacking"
+                                  : !o.no_host && gpu_host_buffer_first()
+                                      ? "no repacking: a GPU's host buffer comes first"
+                                      : "weights repacked where ggml can, its default";
             std::fprintf(stderr, "epq: --no-pager: running %s through stock llama.cpp (mmap, %s)\n", o.model.c_str(),
-                         o.no_repack ? "no repacking" : "weights repacked where ggml can, its default");
+                         layout);
         }
     }
     m.repack = so.use_extra_bufts && (so.no_host || !gpu_host_buffer_first());
