@@ -25,6 +25,23 @@ const browser = await puppeteer.launch({
   args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run'],
 });
 
+// Reloads the UI in `frame` and waits for its message box. The reload destroys the frame's
+// document while puppeteer may still be looking into it ("Cannot find context with specified
+// id"): the wait starts once the navigation is done, and starts again if a later render of the
+// UI swaps its document once more.
+async function reloadUi(frame) {
+  await Promise.all([frame.waitForNavigation({ waitUntil: 'load' }), frame.evaluate(() => location.reload())]);
+  for (let attempt = 1; ; ++attempt) {
+    try {
+      return await frame.waitForSelector('form.conversation-chat-form textarea');
+    } catch (e) {
+      const why = `${e} ${e.cause ?? ''}`;
+      if (attempt >= 5 || !/context|detached|navigat/i.test(why)) throw e;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+}
+
 // Types `text` into the UI's message box and sends it with Enter. The UI may render its form
 // again just after it appears (after a reload, once it has read its saved conversations), which
 // takes the box away in the middle of typing: then it types again into the new one.
@@ -162,8 +179,7 @@ async function scenario(url, epq) {
   // 3. Stop: a long reply stopped once text arrives frees the slot. (The UI keeps a stream
   // alive on the server when its page goes away; Stop must end it.)
   await frame.evaluate((s) => localStorage.setItem('LlamaUi.config', JSON.stringify(s)), settings(4000));
-  await frame.evaluate(() => location.reload());
-  await frame.waitForSelector('form.conversation-chat-form textarea');
+  await reloadUi(frame);
   const n = await frame.$$eval('.chat-message-assistant', (a) => a.length);
   await send(page, frame, 'Now write a very long story.');
   await waitFor('the long reply to show text', () => frame.$$eval('.chat-message-assistant .markdown-content',
