@@ -39,33 +39,28 @@ finish() {
 }
 trap finish EXIT
 
+# install_tool COMMAND PACKAGE TEST: installs PACKAGE from Debian's archive when COMMAND is
+# missing (as root); otherwise says that TEST will be skipped.
+install_tool() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "test: installing $2 for $3"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends "$2" >/dev/null 2>&1 ||
+      { apt-get update -qq && apt-get install -y -qq --no-install-recommends "$2" >/dev/null; }
+  else
+    echo "test: $1 is missing, so $3 will be skipped (sudo apt-get install $2)"
+  fi
+}
+
 install_test_tools() {
   # The client tests drive epq serve with the openai, Anthropic and Vercel AI SDKs and puppeteer-core,
   # pinned by the lockfile.
   (cd tests/clients && npm ci --no-audit --no-fund --loglevel=error)
   # The replica test puts HAProxy in front of two servers (it skips without it).
-  if ! command -v haproxy >/dev/null 2>&1; then
-    if [[ $(id -u) -eq 0 ]]; then
-      echo "test: installing haproxy for the replica test"
-      export DEBIAN_FRONTEND=noninteractive
-      apt-get install -y -qq --no-install-recommends haproxy >/dev/null 2>&1 ||
-        { apt-get update -qq && apt-get install -y -qq --no-install-recommends haproxy >/dev/null; }
-    else
-      echo "test: haproxy is missing, so the replica test will be skipped (sudo apt-get install haproxy)"
-    fi
-  fi
+  install_tool haproxy haproxy "the replica test"
   # llama.cpp's web UI and the pager's page are tried in Debian's chromium, driven headless (the test skips without it).
-  if command -v chromium >/dev/null 2>&1; then
-    return 0
-  fi
-  if [[ $(id -u) -eq 0 ]]; then
-    echo "test: installing chromium for the web page's browser test"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq --no-install-recommends chromium >/dev/null 2>&1 ||
-      { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
-  else
-    echo "test: chromium is missing, so the web page's browser test will be skipped (sudo apt-get install chromium)"
-  fi
+  install_tool chromium chromium "the web page's browser test"
 }
 
 regular_tests() {
