@@ -100,6 +100,10 @@ endif()
 # compiler and headers new enough for the pinned tree: scripts/vulkan-tools.sh). -ngl then puts
 # layers on a GPU while every routed expert stays with the pager. Off by default: the shaders
 # take minutes to compile and a machine without a GPU gains nothing.
+# llama.cpp's RPC backend, in every build: `--rpc HOST:PORT` places layers (-ngl) on a remote
+# ggml-rpc-server (built beside epq from the same tree), whose experts then stay there. It is one
+# source file and registers no device until --rpc names a server.
+set(GGML_RPC ON CACHE BOOL "" FORCE)
 option(EPQ_VULKAN "Build llama.cpp's Vulkan backend (-ngl: layers on a GPU beside the pager)" OFF)
 set(GGML_VULKAN ${EPQ_VULKAN} CACHE BOOL "" FORCE)
 add_subdirectory("${_src}" "${CMAKE_BINARY_DIR}/llama.cpp" EXCLUDE_FROM_ALL SYSTEM)

@@ -55,6 +55,15 @@ LlamaSession::LlamaSession(const std::string & model_path, const SessionOptions 
     mp.tensor_buft_overrides = opts.overrides;
     mp.n_gpu_layers = opts.n_gpu_layers;
     mp.no_host = opts.no_host;
+    if (!opts.tensor_split.empty()) {
+        if (opts.tensor_split.size() > llama_max_devices()) {
+            throw Error("--tensor-split names more devices than llama.cpp supports (" +
+                        std::to_string(llama_max_devices()) + ")");
+        }
+        tensor_split_ = opts.tensor_split;
+        tensor_split_.resize(llama_max_devices(), 0.0f);
+        mp.tensor_split = tensor_split_.data();
+    }
     if (opts.cpu_moe) {
         if (opts.overrides) {
             throw Error("cpu_moe is stock's placement of the experts: a paged model's are the pager's");

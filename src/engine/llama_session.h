@@ -28,6 +28,9 @@ struct SessionOptions {
     // Layers on a GPU (llama.cpp's -ngl; -1: llama.cpp's default, every layer). Nothing where
     // ggml has no GPU backend. A paged model's routed experts stay with the pager whatever this is.
     int n_gpu_layers = -1;
+    // llama.cpp's --tensor-split: one weight per device (model_devices.h); empty for its default
+    // (free memory).
+    std::vector<float> tensor_split;
     // Stock only (no overrides): routed experts in CPU memory, computed on the CPU (llama.cpp's
     // --cpu-moe): the stock configuration a paged run with -ngl is identical to.
     bool cpu_moe = false;
@@ -79,6 +82,7 @@ public:
 private:
     void open_context();
     std::vector<llama_model_tensor_buft_override> cpu_moe_overrides_;  // null-terminated
+    std::vector<float> tensor_split_;                                  // llama_max_devices() weights
 
     llama_model * model_ = nullptr;
     llama_context * ctx_ = nullptr;

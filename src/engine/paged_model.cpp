@@ -94,10 +94,22 @@ uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx) {
     return bytes;
 }
 
-PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts) {
+PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts) : n_gpu_layers_(opts.n_gpu_layers) {
     const GgufFile file = GgufFile::open(path);
     file.require_tensor_data();
-    index_ = ExpertIndex::build(file, opts.load_mtp);
+    // Layers on an RPC server keep their tensors, experts included, there (LayerPlacement).
+    const std::string arch = file.architecture();
+    const int64_t n_layer = file.get_int(arch + ".block_count").value_or(0);
+    if (n_layer > 0 && n_layer < (1 << 20)) {
+        placement_ = place_layers(static_cast<int>(n_layer), opts.n_gpu_layers, opts.tensor_split);
+    }
+    std::vector<bool> remote;
+    if (placement_.any_remote()) {
+        for (int il = 0; il <= n_layer; ++il) {
+            remote.push_back(placement_.remote(il));
+        }
+    }
+    index_ = ExpertIndex::build(file, opts.load_mtp, remote);
 
     // Everything besides the arena, counted before anything is allocated. llama.cpp's compute
     // buffer reserves a row of logits per batch token, but only the rows a step outputs (one per
@@ -165,13 +177,20 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     for (const auto & [suffix, layers] : layers_of) {
         override_patterns_.push_back("^blk\\.(" + layers + ")\\." + regex_escape(suffix) + "$");
     }
-    for (const auto & p : override_patterns_) {
-        overrides_.push_back({p.c_str(), pager_buffer_type()});
+    // What else belongs to the paged layers' routed experts (their biases, scales) stays in CPU
+    // memory, as stock's --cpu-moe keeps it (LLM_FFN_EXPS_REGEX): beside a GPU it would otherwise
+    // go there with its layer, and the ops that use it with it, where stock computes them on the
+    // CPU. A remote layer's stay with its experts.
+    std::string paged_layers;
+    for (const auto & l : index_.layers) {
+        paged_layers += (paged_layers.empty() ? "" : "|") + std::to_string(l.layer);
     }
-    // What else belongs to the routed experts (their biases, scales) stays in CPU memory, as
-    // stock's --cpu-moe keeps it: beside a GPU it would otherwise go there with its layer, and
-    // the ops that use it with it, where stock computes them on the CPU.
-    overrides_.push_back(llm_ffn_exps_cpu_override());
+    override_patterns_.push_back("^blk\\.(" + paged_layers + ")" + LLM_FFN_EXPS_REGEX);
+    for (size_t i = 0; i < override_patterns_.size(); ++i) {
+        const bool pager = i + 1 < override_patterns_.size();
+        overrides_.push_back(
+            {override_patterns_[i].c_str(), pager ? pager_buffer_type() : ggml_backend_cpu_buffer_type()});
+    }
     overrides_.push_back({nullptr, nullptr});
 
     // Prefetch exactly the bytes llama.cpp loads that are not routed experts, in every file of the
@@ -189,7 +208,8 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     dense = subtract_ranges(whole, expert_ranges);
     // With repacking on, llama.cpp copies the dense matrices ggml repacks out of the mapping into
     // memory of its own: locking their file pages as well would hold them twice.
-    std::vector<std::pair<uint64_t, uint64_t>> copied;
+    // Nor the remote layers' bytes: llama.cpp reads them once, to send them to their server.
+    std::vector<std::pair<uint64_t, uint64_t>> copied = index_.remote_ranges;
     if (repack_) {
         for (const auto & t : file.tensors()) {
             // Matrices (stacked experts are 3-D); token_embd is looked up (GET_ROWS), not multiplied.
@@ -208,6 +228,10 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
 
 void PagedModel::configure(SessionOptions & so) const {
     so.overrides = overrides();
+    so.n_gpu_layers = n_gpu_layers_;
+    if (placement_.pin_split()) {
+        so.tensor_split = placement_.weights;
+    }
     so.use_extra_bufts = repack_;
     so.no_host = repack_ && gpu_host_;
     if (gpu_host_) {

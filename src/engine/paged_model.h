@@ -6,6 +6,7 @@
 #include "backend/mmap_policy.h"
 #include "backend/pager.h"
 #include "engine/llama_session.h"
+#include "engine/model_devices.h"
 #include "engine/weight_layout.h"
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
@@ -28,6 +29,10 @@ struct PagedModelOptions {
     std::string trace_path;
     WeightLayout layout = WeightLayout::automatic;
     bool load_mtp = false;  // llama.cpp loads the MTP layers too (MTP speculative decoding)
+    // Where llama.cpp puts the layers (-ngl, --tensor-split; model_devices.h): the experts of layers
+    // on an RPC server stay there, only this machine's are paged.
+    int n_gpu_layers = -1;
+    std::vector<float> tensor_split;
     // Memory the caller's own parts hold besides the model, the KV cache at n_ctx and the
     // compute buffers (a server's prompt cache, a draft model, ...): the arena leaves it free.
     std::vector<std::pair<std::string, uint64_t>> other_needs;
@@ -48,6 +53,8 @@ public:
     const ExpertIndex & index() const { return index_; }
     Pager & pager() { return *pager_; }
     const std::string & arena_reasoning() const { return arena_reasoning_; }
+    // Which device each layer goes to; the remote ones' experts are not in index().
+    const LayerPlacement & placement() const { return placement_; }
     // The layout chosen: weights repacked as stock's default flags do (true), or the file's (-nr).
     // The llama.cpp session must load the dense weights the same way (use_extra_bufts).
     bool repack() const { return repack_; }
@@ -57,15 +64,18 @@ public:
     // Null-terminated, for llama_model_params.tensor_buft_overrides.
     const llama_model_tensor_buft_override * overrides() const { return overrides_.data(); }
     // How the llama.cpp session must load this model: the overrides, the layout of the weights it
-    // keeps (use_extra_bufts, no_host) and, beside a GPU, no op offload: the scheduler would copy
-    // CPU weights to the GPU for large batches, which the pager's byte-less experts cannot be,
-    // so the stock configuration a run matches is --cpu-moe --no-op-offload.
+    // keeps (use_extra_bufts, no_host), the layer split (-ngl, pinned: LayerPlacement) and, beside
+    // a GPU, no op offload: the scheduler would copy CPU weights to the GPU for large batches,
+    // which the pager's byte-less experts cannot be, so the stock configuration a run matches is
+    // --cpu-moe --no-op-offload.
     void configure(SessionOptions & so) const;
     // Call once the model is loaded: returns the dense bytes locked in RAM, and why not all were
     // (0: all were). Later mappings of the file (a model loaded again) get the same policy.
     DenseLock loaded();
 
 private:
+    LayerPlacement placement_;
+    int n_gpu_layers_ = -1;
     ExpertIndex index_;
     std::unique_ptr<Pager> pager_;
     std::string arena_reasoning_;

@@ -167,7 +167,7 @@ nlohmann::json RunReport::json() const {
     j["threads"] = n_threads;
     j["paged"] = pager.has_value();
     j["weights_repacked"] = repack;
-    j["identical_to"] = stock_configuration(repack, gpu_host);
+    j["identical_to"] = stock_configuration(repack, gpu_host, remote_layers);
     if (pager) {
         const auto & p = *pager;
         const double tokens = gen.n_prompt + gen.n_generated;

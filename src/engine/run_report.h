@@ -22,6 +22,7 @@ struct RunReport {
     int n_threads = 0;
     bool repack = true;                // weights repacked (stock's default layout) or the file's (-nr)
     bool gpu_host = false;             // a GPU's host buffer holds CPU weights (weight_layout.h)
+    bool remote_layers = false;        // some layers (and their experts) are on RPC servers
     uint64_t dense_locked_bytes = 0;   // dense weights locked in RAM (paged runs)
     uint64_t expert_tensor_bytes = 0;  // expert tensor bytes llama.cpp placed in the pager's buffer
 

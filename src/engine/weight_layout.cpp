@@ -24,7 +24,16 @@ bool layout_repacks(WeightLayout layout, bool arena_holds_everything, bool gpu_h
     return arena_holds_everything && !gpu_host;
 }
 
-std::string stock_configuration(bool repack, bool gpu_host) {
+std::string stock_configuration(bool repack, bool gpu_host, bool remote) {
+    if (remote) {
+        // Stock's --cpu-moe would take the remote layers' experts too: only this machine's go to
+        // the CPU.
+        return gpu_host ? std::string("stock llama.cpp with --no-op-offload") + (repack ? " --no-host" : "") +
+                              ", the routed experts of this machine's layers on the CPU (-ot "
+                              "'blk\\.(LAYERS)\\.ffn_.*_exps=CPU') and the same --rpc and -ngl"
+                        : std::string("stock llama.cpp with ") + (repack ? "its default flags" : "-nr (--no-repack)") +
+                              " and the same --rpc and -ngl";
+    }
     if (gpu_host) {
         return repack ? "stock llama.cpp with --cpu-moe --no-op-offload --no-host (and the same -ngl)"
                       : "stock llama.cpp with --cpu-moe --no-op-offload (and the same -ngl)";
@@ -32,7 +41,7 @@ std::string stock_configuration(bool repack, bool gpu_host) {
     return repack ? "stock llama.cpp with its default flags" : "stock llama.cpp with -nr (--no-repack)";
 }
 
-std::string layout_line(WeightLayout asked, bool repack, bool gpu_host) {
+std::string layout_line(WeightLayout asked, bool repack, bool gpu_host, bool remote) {
     std::string why;
     switch (asked) {
         case WeightLayout::repacked: why = "--repack"; break;
@@ -45,7 +54,7 @@ std::string layout_line(WeightLayout asked, bool repack, bool gpu_host) {
             break;
     }
     return std::string(repack ? "weights repacked where ggml repacks them" : "weights in the file's layout") + " (" +
-           why + "): output identical to " + stock_configuration(repack, gpu_host);
+           why + "): output identical to " + stock_configuration(repack, gpu_host, remote);
 }
 
 }  // namespace epq

@@ -38,10 +38,11 @@ bool gpu_host_buffer_first();
 // whether a GPU's host buffer comes first (gpu_host_buffer_first()).
 bool layout_repacks(WeightLayout layout, bool arena_holds_everything, bool gpu_host = false);
 
-// The stock llama.cpp configuration a run in this layout is identical to, for messages.
-std::string stock_configuration(bool repack, bool gpu_host = false);
+// The stock llama.cpp configuration a run in this layout is identical to, for messages. `remote`:
+// some layers are on an RPC server (model_devices.h), where they keep their experts.
+std::string stock_configuration(bool repack, bool gpu_host = false, bool remote = false);
 
 // One line for the start of a run: the layout, why, and the stock configuration it matches.
-std::string layout_line(WeightLayout asked, bool repack, bool gpu_host = false);
+std::string layout_line(WeightLayout asked, bool repack, bool gpu_host = false, bool remote = false);
 
 }  // namespace epq

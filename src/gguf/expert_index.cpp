@@ -54,7 +54,7 @@ bool has_routed_experts(const GgufFile & file) {
     return false;
 }
 
-ExpertIndex ExpertIndex::build(const GgufFile & file, bool load_mtp) {
+ExpertIndex ExpertIndex::build(const GgufFile & file, bool load_mtp, const std::vector<bool> & remote) {
     ExpertIndex idx;
     idx.arch = file.architecture();
     idx.file_size = file.file_size();
@@ -85,12 +85,30 @@ ExpertIndex ExpertIndex::build(const GgufFile & file, bool load_mtp) {
     const int64_t first_mtp = idx.n_mtp_layers > 0 && !idx.mtp_loaded ? *n_layer - n_nextn : INT64_MAX;
     static const std::regex block_tensor(R"(^blk\.(\d{1,9})\.)");
 
+    const auto is_remote = [&](const TensorInfo & t, const std::smatch & block) {
+        if (remote.empty()) {
+            return false;
+        }
+        if (block.empty()) {
+            return t.name.rfind("output", 0) == 0 && remote.back();
+        }
+        const long long il = std::stoll(block[1].str());
+        return il >= 0 && static_cast<size_t>(il) + 1 < remote.size() && remote[static_cast<size_t>(il)];
+    };
     std::map<int, ExpertLayer> by_layer;
+    uint64_t remote_expert_bytes = 0;
     std::smatch m;
     for (const auto & t : file.tensors()) {
-        if (std::regex_search(t.name, m, block_tensor) && std::stoll(m[1].str()) >= first_mtp) {
+        const bool in_block = std::regex_search(t.name, m, block_tensor);
+        if (in_block && std::stoll(m[1].str()) >= first_mtp) {
             idx.unused_bytes += t.nbytes;
             idx.unused_ranges.emplace_back(t.file_offset, t.file_offset + t.nbytes);
+            continue;
+        }
+        if (is_remote(t, in_block ? m : std::smatch())) {
+            idx.remote_bytes += t.nbytes;
+            idx.remote_ranges.emplace_back(t.file_offset, t.file_offset + t.nbytes);
+            remote_expert_bytes += is_expert_stack(t) ? t.nbytes : 0;
             continue;
         }
         if (!is_expert_stack(t) || !std::regex_match(t.name, m, layer_weight_pattern())) {
@@ -127,6 +145,13 @@ ExpertIndex ExpertIndex::build(const GgufFile & file, bool load_mtp) {
         idx.expert_bytes += t.nbytes;
     }
 
+    if (by_layer.empty() && remote_expert_bytes > 0) {
+        throw Error(file.path() +
+                    ": every layer with experts is on the RPC servers (-ngl): nothing is left for the "
+                    "pager here. Give -ngl fewer layers than the model's " +
+                    std::to_string(idx.n_layer + 1) +
+                    " (with the output layer) to keep the first ones on this machine, or run stock llama.cpp");
+    }
     if (by_layer.empty() || !n_expert || *n_expert <= 0) {
         throw Error(file.path() + ": not a MoE model: nothing to page (architecture '" + idx.arch +
                     "' has no routed expert tensors blk.N.ffn_*_exps.weight" +

@@ -58,12 +58,18 @@ struct ExpertIndex {
     bool mtp_loaded = false;
     uint64_t unused_bytes = 0;                                 // bytes of the tensors skipped
     std::vector<std::pair<uint64_t, uint64_t>> unused_ranges;  // their [begin, end) in the byte space
+    // Layers another machine holds (llama.cpp's RPC backend): their tensors, experts included,
+    // are neither paged nor kept in RAM here.
+    uint64_t remote_bytes = 0;
+    std::vector<std::pair<uint64_t, uint64_t>> remote_ranges;  // their [begin, end) in the byte space
     uint64_t min_arena_bytes = 0;
     std::string min_arena_reason;
 
     // Throws epq::Error for a model without routed experts or with inconsistent expert tensors.
     // `load_mtp`: llama.cpp will load the MTP layers (MTP speculative decoding), so they count.
-    static ExpertIndex build(const GgufFile & file, bool load_mtp = false);
+    // `remote`: per block, then the output layer (output*), whether a remote device holds it
+    // (LayerPlacement); empty for none.
+    static ExpertIndex build(const GgufFile & file, bool load_mtp = false, const std::vector<bool> & remote = {});
 
     const ExpertLayer * layer(int il) const;
 };

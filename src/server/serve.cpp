@@ -2,6 +2,7 @@
 
 #include "backend/pager_device.h"
 #include "engine/memory_budget.h"
+#include "engine/model_devices.h"
 #include "engine/paged_model.h"
 #include "gguf/expert_index.h"
 #include "server/pager_routes.h"
@@ -243,7 +244,15 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     // (as common_model_params_to_llama decides it).
     po.load_mtp = std::find(params.speculative.types.begin(), params.speculative.types.end(),
                             COMMON_SPECULATIVE_TYPE_DRAFT_MTP) != params.speculative.types.end();
+    po.n_gpu_layers = params.n_gpu_layers;
+    po.tensor_split.assign(params.tensor_split, params.tensor_split + llama_max_devices());
     ps->model = std::make_unique<PagedModel>(params.model.path, po);
+    // llama.cpp then places the layers exactly as the pager predicted (LayerPlacement::pin_split).
+    const LayerPlacement & placement = ps->model->placement();
+    if (placement.pin_split()) {
+        std::fill(params.tensor_split, params.tensor_split + llama_max_devices(), 0.0f);
+        std::copy(placement.weights.begin(), placement.weights.end(), params.tensor_split);
+    }
     params.no_extra_bufts = !ps->model->repack();
     // Beside a GPU (PagedModel::configure): repacked past the GPU's host buffer, as stock's
     // --no-host, and no op offload.
@@ -264,14 +273,18 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     note(params.model.path + ": " + idx.arch + ", " + std::to_string(idx.n_layer) + " layers, " +
          std::to_string(idx.n_expert) + " experts (top-" + std::to_string(idx.n_expert_used) + "), " +
          format_bytes(idx.dense_bytes) + " dense in RAM, " + format_bytes(idx.expert_bytes) + " of experts paged");
+    if (placement.any_remote()) {
+        note(placement.remote_line() + ": their tensors, experts included, stay there (" +
+             format_bytes(idx.remote_bytes) + ")");
+    }
     note("arena " + format_bytes(ap.bytes) + (ap.holds_everything ? " (every expert fits)" : "") + "; " +
          ps->model->arena_reasoning());
     if (warmup_asked) {
         note("llama.cpp's warm-up is off: it runs every expert of every layer once, which would read all " +
              format_bytes(idx.expert_bytes) + " of experts before the first request");
     }
-    note(layout_line(po.layout, ps->model->repack(), ps->model->gpu_host()) + "; " + std::to_string(params.n_parallel) +
-         " slots, context " + std::to_string(params.n_ctx) + " tokens");
+    note(layout_line(po.layout, ps->model->repack(), ps->model->gpu_host(), placement.any_remote()) + "; " +
+         std::to_string(params.n_parallel) + " slots, context " + std::to_string(params.n_ctx) + " tokens");
     plan_decode_streams(params, *ps);
     return ps;
 }
@@ -335,6 +348,19 @@ int run(int argc, char ** argv) {
     setenv("LLAMA_APP_CMD", "serve", 1);
 
     std::vector<std::string> llama_args = split.llama;
+    // llama.cpp's parser registers --rpc servers and aborts on one it cannot reach: reach them
+    // first, to say which and what to do.
+    for (size_t i = 0; i < llama_args.size(); ++i) {
+        const std::string & a = llama_args[i];
+        if (a == "--rpc" && i + 1 < llama_args.size()) {
+            check_rpc_servers(llama_args[i + 1]);
+        } else if (a.rfind("--rpc=", 0) == 0) {
+            check_rpc_servers(a.substr(6));
+        }
+    }
+    if (const char * env = std::getenv("LLAMA_ARG_RPC"); env && !given(llama_args, {"--rpc"}, "")) {
+        check_rpc_servers(env);
+    }
     std::vector<char *> largv{argv[0]};
     for (auto & a : llama_args) {
         largv.push_back(a.data());

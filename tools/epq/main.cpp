@@ -66,7 +66,7 @@ int main(int argc, char ** argv) {
         args.insert(args.begin(), "chat");
     }
     // llama.cpp's multi-letter short flags, which CLI11 cannot name: -np N is --parallel N, -nr
-    // is --no-repack, -ngl N is --n-gpu-layers N.
+    // is --no-repack, -ngl N is --n-gpu-layers N, -ts is --tensor-split.
     for (auto & a : args) {
         if (a == "-np") {
             a = "--parallel";
@@ -74,6 +74,8 @@ int main(int argc, char ** argv) {
             a = "--no-repack";
         } else if (a == "-ngl") {
             a = "--n-gpu-layers";
+        } else if (a == "-ts") {
+            a = "--tensor-split";
         }
     }
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order

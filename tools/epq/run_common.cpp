@@ -47,6 +47,13 @@ void add_pager_flags(CLI::App & sub, RunOptions & o) {
            "build without one runs every layer on the CPU). The routed experts stay with the pager, "
            "computed on the CPU: output identical to stock llama.cpp with -ngl N --cpu-moe --no-op-offload")
         ->check(CLI::Range(-1, 100000));
+    sub.add_option("--rpc", o.rpc,
+                   "llama.cpp's RPC servers (HOST:PORT, several separated by commas; llama.cpp's ggml-rpc-server): "
+                   "devices for -ngl, first in the order. The layers placed there keep their experts there; this "
+                   "machine's are paged. No authentication: a trusted network or an SSH tunnel only");
+    sub.add_option("--tensor-split", o.tensor_split,
+                   "(-ts) as llama.cpp's: the share of the -ngl layers each device takes, e.g. 3,1 (default: by free "
+                   "memory)");
     sub.add_flag("--cpu-moe", o.cpu_moe,
                  "with --no-pager: keep stock llama.cpp's routed experts in CPU memory (its --cpu-moe); paged runs "
                  "always do");
@@ -106,6 +113,10 @@ LoadedModel load_model(const RunOptions & o) {
     // chosen with its arena (weight_layout.h).
     so.use_extra_bufts = !o.no_repack;
     so.n_gpu_layers = o.n_gpu_layers;
+    if (!o.rpc.empty()) {
+        add_rpc_servers(o.rpc);
+    }
+    so.tensor_split = parse_tensor_split(o.tensor_split);
     so.op_offload = !o.no_op_offload;
     m.n_threads = so.n_threads;
     // A model without routed experts has nothing to page: say so and run it as stock does.
@@ -126,6 +137,8 @@ LoadedModel load_model(const RunOptions & o) {
         po.policy = parse_run_policy(o.policy);
         po.trace_path = o.trace;
         po.layout = o.no_repack ? WeightLayout::file : o.repack ? WeightLayout::repacked : WeightLayout::automatic;
+        po.n_gpu_layers = o.n_gpu_layers;
+        po.tensor_split = so.tensor_split;
         m.paged = std::make_unique<PagedModel>(o.model, po);
         const auto & idx = m.paged->index();
         const auto & plan = m.paged->pager().plan();
@@ -141,7 +154,13 @@ LoadedModel load_model(const RunOptions & o) {
                      format_bytes(idx.dense_bytes).c_str(), format_bytes(idx.expert_bytes).c_str(),
                      format_bytes(plan.bytes).c_str(), pools.c_str(),
                      plan.holds_everything ? ": every expert fits" : "", m.paged->arena_reasoning().c_str());
-        std::fprintf(stderr, "epq: %s\n", layout_line(po.layout, m.paged->repack(), m.paged->gpu_host()).c_str());
+        m.remote_layers = m.paged->placement().any_remote();
+        if (m.remote_layers) {
+            std::fprintf(stderr, "epq: %s: their tensors, experts included, stay there (%s)\n",
+                         m.paged->placement().remote_line().c_str(), format_bytes(idx.remote_bytes).c_str());
+        }
+        std::fprintf(stderr, "epq: %s\n",
+                     layout_line(po.layout, m.paged->repack(), m.paged->gpu_host(), m.remote_layers).c_str());
         m.paged->configure(so);
         if (o.cpu_moe) {
             std::fprintf(stderr, "epq: note: --cpu-moe: the routed experts stay with the pager, on the CPU\n");
@@ -169,9 +188,10 @@ LoadedModel load_model(const RunOptions & o) {
     const std::string gpu = gpu_layers_line(o.n_gpu_layers, llama_model_n_layer(m.session->model()));
     if (!gpu.empty()) {
         std::fprintf(stderr, "epq: %s; routed experts %s\n", gpu.c_str(),
-                     m.paged      ? "with the pager, computed on the CPU"
-                     : so.cpu_moe ? "on the CPU (--cpu-moe)"
-                                  : "placed by llama.cpp");
+                     m.paged && m.remote_layers ? "of this machine's layers with the pager, computed on the CPU"
+                     : m.paged                  ? "with the pager, computed on the CPU"
+                     : so.cpu_moe               ? "on the CPU (--cpu-moe)"
+                                                : "placed by llama.cpp");
     }
     if (m.paged) {
         const DenseLock lock = m.paged->loaded();
@@ -208,6 +228,7 @@ void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
     report.n_threads = m.n_threads;
     report.repack = m.repack;
     report.gpu_host = m.gpu_host;
+    report.remote_layers = m.remote_layers;
     report.peak_rss_bytes = peak_rss_bytes();
     report.storage_read_bytes = storage_read_bytes();
     if (m.paged) {

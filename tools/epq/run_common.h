@@ -37,8 +37,10 @@ struct RunOptions {
     std::string policy = "lfu";
     std::string trace;
     bool preload = false;
-    int n_gpu_layers = -1;  // -ngl: layers on a GPU (-1: llama.cpp's default, all of them)
-    bool cpu_moe = false;   // --cpu-moe with --no-pager: stock's experts on the CPU
+    int n_gpu_layers = -1;     // -ngl: layers on a GPU (-1: llama.cpp's default, all of them)
+    std::string rpc;           // --rpc HOST:PORT,...: llama.cpp's RPC servers, devices for -ngl
+    std::string tensor_split;  // -ts: llama.cpp's --tensor-split, "3,1"
+    bool cpu_moe = false;      // --cpu-moe with --no-pager: stock's experts on the CPU
     bool no_op_offload = false;
     bool no_host = false;     // --no-host with --no-pager: CPU weights bypass a GPU's host buffer
     std::string replay;       // drive decode with this text's tokens instead of sampling
@@ -60,6 +62,7 @@ struct LoadedModel {
     int n_threads = 0;
     bool repack = true;  // the weight layout the run holds (weight_layout.h)
     bool gpu_host = false;
+    bool remote_layers = false;  // layers on RPC servers (with their experts)
     double load_seconds = 0.0;
     uint64_t dense_locked_bytes = 0;
     uint64_t expert_tensor_bytes = 0;  // what llama.cpp placed in the pager's buffer
