@@ -16,10 +16,13 @@ GateModel::GateModel(const std::string & path, const GateConfig & cfg) {
     so.cpu_moe = cfg.cpu_moe;
     so.op_offload = cfg.op_offload;
     so.no_host = cfg.no_host;
+    so.tensor_split = cfg.tensor_split;
     if (cfg.paged) {
         PagedModelOptions po;
         po.arena = std::to_string(cfg.arena);
         po.n_ctx = cfg.n_ctx;
+        po.n_gpu_layers = cfg.n_gpu_layers;
+        po.tensor_split = cfg.tensor_split;
         po.layout = cfg.auto_layout ? WeightLayout::automatic
                     : cfg.repack    ? WeightLayout::repacked
                                     : WeightLayout::file;

@@ -25,7 +25,8 @@ struct GateConfig {
     int n_threads = 2;
     // Devices beside the pager (SessionOptions): layers on a GPU, stock's --cpu-moe, op offload.
     int n_gpu_layers = -1;
-    bool cpu_moe = false;  // stock only
+    std::vector<float> tensor_split;  // --tensor-split: one weight per device; empty: by free memory
+    bool cpu_moe = false;             // stock only
     bool op_offload = true;
     bool no_host = false;      // stock only: --no-host (a paged run sets it with its layout)
     bool auto_layout = false;  // paged only: the layout PagedModel chooses (repack is then ignored)
