@@ -17,6 +17,11 @@ GateModel::GateModel(const std::string & path, const GateConfig & cfg) {
     so.op_offload = cfg.op_offload;
     so.no_host = cfg.no_host;
     so.tensor_split = cfg.tensor_split;
+    if (!cfg.cpu_pattern.empty()) {
+        cpu_pattern_ = cfg.cpu_pattern;
+        stock_overrides_ = {{cpu_pattern_.c_str(), ggml_backend_cpu_buffer_type()}, {nullptr, nullptr}};
+        so.overrides = stock_overrides_.data();
+    }
     if (cfg.paged) {
         PagedModelOptions po;
         po.arena = std::to_string(cfg.arena);

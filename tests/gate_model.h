@@ -27,6 +27,8 @@ struct GateConfig {
     int n_gpu_layers = -1;
     std::vector<float> tensor_split;  // --tensor-split: one weight per device; empty: by free memory
     bool cpu_moe = false;             // stock only
+    // Stock only: tensors whose names match go to CPU memory (llama.cpp's -ot PATTERN=CPU).
+    std::string cpu_pattern;
     bool op_offload = true;
     bool no_host = false;      // stock only: --no-host (a paged run sets it with its layout)
     bool auto_layout = false;  // paged only: the layout PagedModel chooses (repack is then ignored)
@@ -51,7 +53,9 @@ public:
     const PagedModel * paged() const { return paged_.get(); }
 
 private:
-    std::unique_ptr<PagedModel> paged_;  // before session_: it outlives the model load
+    std::string cpu_pattern_;
+    std::vector<llama_model_tensor_buft_override> stock_overrides_;  // null-terminated
+    std::unique_ptr<PagedModel> paged_;                              // before session_: it outlives the model load
     std::unique_ptr<LlamaSession> session_;
 };
 

@@ -11,13 +11,14 @@
 // GGML_VK_VISIBLE_DEVICES=0 (ggml's Vulkan backend skips CPU devices otherwise). A build without
 // one skips them and says why.
 #include "gate_model.h"
+#include "rpc_server.h"
 #include "test_util.h"
 
 #include "engine/llama_session.h"
+#include "engine/model_devices.h"
 #include "engine/weight_layout.h"
 #include "gguf/expert_index.h"
 #include "synth/arch_fixture.h"
-#include "verify/sample_text.h"
 
 #include "ggml-backend.h"
 
@@ -29,8 +30,14 @@ using namespace epq::test;
 
 namespace {
 
+// A local GPU (an RPC server's device, which another test may have registered, is not one).
 bool gpu_visible() {
-    return !gpu_devices().empty();
+    for (const ModelDevice & d : model_devices()) {
+        if (!d.remote) {
+            return true;
+        }
+    }
+    return false;
 }
 
 // Skips (a build without a GPU backend) or fails (one whose device is missing) unless a GPU
@@ -45,14 +52,6 @@ bool gpu_visible() {
                    << "device install mesa-vulkan-drivers and set GGML_VK_VISIBLE_DEVICES=0";               \
         }                                                                                                   \
     } while (0)
-
-std::string prompt_of(size_t n) {
-    std::string s;
-    while (s.size() < n) {
-        s += sample_text();
-    }
-    return s.substr(0, n);
-}
 
 struct HybridCase {
     std::string name;   // test name
@@ -163,4 +162,57 @@ TEST(GpuHybridRun, TheLoadLineSaysWhereLayersAndExpertsAre) {
     EXPECT_NE(r.err.find("output identical to stock llama.cpp with --cpu-moe --no-op-offload (and the same -ngl)"),
               std::string::npos)
         << r.err;
+}
+
+// A split over an RPC server and the GPU beside the pager: every layer on a device, half to each
+// (--tensor-split 1,1). RPC servers come first in llama.cpp's device order, so the first layers
+// go to the server, with their experts, and the last to the GPU, with their experts paged on the
+// CPU. The matching stock run has the same split, --no-op-offload, and only the GPU layers'
+// routed experts on the CPU (-ot): its --cpu-moe would take the server's too.
+TEST(GpuHybridRpc, ServerAndGpuLayersMatchStockWithTheSameSplit) {
+    REQUIRE_GPU();
+    const std::string endpoint = rpc_endpoint();
+    SynthConfig cfg = tiny("qwen3moe", "q4_K");
+    const std::string model = synth_model("device-rpc-qwen3moe_q4_K", cfg);
+    const ExpertIndex all = ExpertIndex::build(GgufFile::open(model));
+    const std::string prompt = prompt_of(360);
+    std::map<std::pair<uint64_t, uint32_t>, GateRun> paged;
+    std::string local;
+    for (const uint64_t arena : {all.min_arena_bytes, 2 * all.expert_bytes}) {
+        GateConfig pc;
+        pc.paged = true;
+        pc.arena = arena;
+        pc.tensor_split = {1.0f, 1.0f};
+        pc.auto_layout = true;
+        GateModel m(model, pc);
+        const LayerPlacement & p = m.paged()->placement();
+        ASSERT_EQ(p.devices.size(), 2u) << "expected the server and the GPU";
+        ASSERT_TRUE(p.devices[0].remote && !p.devices[1].remote);
+        ASSERT_TRUE(p.any_remote());
+        ASSERT_FALSE(m.paged()->index().layers.empty()) << "no layer left on the GPU";
+        ASSERT_LT(m.paged()->index().layers.size(), all.layers.size()) << "no layer on the server";
+        local.clear();
+        for (const auto & l : m.paged()->index().layers) {
+            local += (local.empty() ? "" : "|") + std::to_string(l.layer);
+        }
+        for (const uint32_t b : {8u, 64u}) {
+            const GateRun & r = paged[std::make_pair(arena, b)] = m.run(prompt, 3, b);
+            EXPECT_GT(r.after.expert_lookups, r.before.expert_lookups) << "the pager computed no expert";
+        }
+    }
+    GateConfig sc;
+    sc.tensor_split = {1.0f, 1.0f};
+    sc.op_offload = false;
+    // llama.cpp's --cpu-moe pattern (LLM_FFN_EXPS_REGEX), for the GPU's layers only.
+    sc.cpu_pattern = "^blk\\.(" + local + ")\\.ffn_(up|down|gate|gate_up)_(ch|)exps";
+    GateModel stock(model, sc);
+    for (const uint32_t b : {8u, 64u}) {
+        const GateRun s = stock.run(prompt, 3, b);
+        ASSERT_EQ(s.n_generated, 3);
+        for (const uint64_t arena : {all.min_arena_bytes, 2 * all.expert_bytes}) {
+            EXPECT_TRUE(paged[std::make_pair(arena, b)].logits == s.logits)
+                << "--rpc " << endpoint << " -ts 1,1, batch " << b << ", arena " << arena
+                << " B: paged logits differ from " << stock_configuration(false, true, true);
+        }
+    }
 }

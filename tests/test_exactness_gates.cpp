@@ -9,7 +9,6 @@
 #include "gguf/expert_index.h"
 #include "synth/arch_fixture.h"
 #include "synth/synth_config.h"
-#include "verify/sample_text.h"
 
 #include "ggml-cpu.h"
 
@@ -24,14 +23,6 @@ using namespace epq::test;
 namespace {
 
 // A prompt of `n` bytes of English (the fixtures' test tokenizer makes a token of a few bytes).
-std::string prompt_of(size_t n) {
-    std::string s;
-    while (s.size() < n) {
-        s += sample_text();
-    }
-    return s.substr(0, n);
-}
-
 std::vector<std::string> fixture_archs() {
     std::vector<std::string> out;
     for (const auto & a : moe_architectures()) {

@@ -8,6 +8,7 @@
 // that the remote layers' experts stayed remote: the cases also check that the pager holds the
 // local layers' experts only (its index and the bytes llama.cpp placed in its buffer).
 #include "gate_model.h"
+#include "rpc_server.h"
 #include "test_util.h"
 
 #include "backend/pager_device.h"
@@ -17,81 +18,16 @@
 #include "engine/weight_layout.h"
 #include "gguf/expert_index.h"
 #include "synth/arch_fixture.h"
-#include "util/child_process.h"
 #include "util/error.h"
-#include "verify/sample_text.h"
 
 #include <gtest/gtest.h>
 #include <map>
-#include <netinet/in.h>
 #include <regex>
-#include <sys/socket.h>
-#include <thread>
-#include <unistd.h>
 
 using namespace epq;
 using namespace epq::test;
 
 namespace {
-
-// A port no one listens on now (the kernel picks it).
-int free_port() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) != 0) {
-        throw Error("no free port on 127.0.0.1");
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-// llama.cpp's ggml-rpc-server on 127.0.0.1, running until the test process ends.
-class RpcServer {
-public:
-    RpcServer() {
-        port_ = free_port();
-        process_ = std::make_unique<BackgroundProcess>(
-            std::vector<std::string>{EPQ_RPC_SERVER_BINARY, "-H", "127.0.0.1", "-p", std::to_string(port_), "-t", "2"},
-            scratch_dir() + "/rpc-server-" + std::to_string(port_) + ".log");
-        for (int i = 0; i < 200; ++i) {
-            try {
-                check_rpc_servers(endpoint());
-                return;
-            } catch (const Error &) {
-                if (!process_->running()) {
-                    break;
-                }
-                std::this_thread::sleep_for(std::chrono::milliseconds(50));
-            }
-        }
-        throw Error("ggml-rpc-server did not start: " + process_->err());
-    }
-    std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
-
-private:
-    int port_ = 0;
-    std::unique_ptr<BackgroundProcess> process_;
-};
-
-// The server, started and registered as a device once per test process.
-std::string rpc_endpoint() {
-    static RpcServer server;
-    static const bool registered = (add_rpc_servers(server.endpoint()), true);
-    (void)registered;
-    return server.endpoint();
-}
-
-std::string prompt_of(size_t n) {
-    std::string s;
-    while (s.size() < n) {
-        s += sample_text();
-    }
-    return s.substr(0, n);
-}
 
 struct RpcCase {
     std::string name;   // test name
@@ -207,7 +143,8 @@ TEST(RpcRun, TheCommandSplitsAcrossTheServerAsStockDoes) {
                                     "): their tensors, experts included, stay there"),
               std::string::npos)
         << paged.result.err;
-    EXPECT_NE(paged.result.err.find("and the same --rpc and -ngl"), std::string::npos) << paged.result.err;
+    EXPECT_NE(paged.result.err.find("and the same --rpc, -ngl and --tensor-split"), std::string::npos)
+        << paged.result.err;
     const LoggedRun stock =
         run_logged(model, prompt_of(200), "4", {"--rpc", endpoint, "-ngl", "2", "--no-pager"}, "rpc-stock");
     ASSERT_EQ(stock.result.exit_code, 0) << stock.result.err;

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "verify/sample_text.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -103,6 +105,14 @@ SynthConfig tiny(const std::string & arch, const std::string & quant, uint64_t s
     }
     cfg.seed = seed;
     return cfg;
+}
+
+std::string prompt_of(size_t n) {
+    std::string s;
+    while (s.size() < n) {
+        s += sample_text();
+    }
+    return s.substr(0, n);
 }
 
 std::vector<uint8_t> read_file(const std::string & path) {

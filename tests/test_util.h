@@ -33,6 +33,9 @@ std::string synth_model(const std::string & name, const SynthConfig & cfg);
 // A tiny preset as a config, with a quant preset (default: the preset's own types) and seed.
 SynthConfig tiny(const std::string & arch, const std::string & quant = "", uint64_t seed = 42);
 
+// The first `n` characters of the sample text, repeated as needed: a prompt of a known length.
+std::string prompt_of(size_t n);
+
 std::vector<uint8_t> read_file(const std::string & path);
 void write_file(const std::string & path, const std::vector<uint8_t> & bytes);
 

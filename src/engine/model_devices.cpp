@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -200,6 +201,18 @@ std::string LayerPlacement::remote_line() const {
              ggml_backend_dev_description(devices[d].dev) + ")";
     }
     return s;
+}
+
+std::string LayerPlacement::split_flag() const {
+    std::string values, names;
+    for (size_t i = 0; i < devices.size(); ++i) {
+        char w[64];
+        std::snprintf(w, sizeof(w), "%.0f",
+                      static_cast<double>(weights[i]));  // exact: llama.cpp reads it back as float
+        values += (i ? "," : "") + std::string(w);
+        names += (i ? ", " : "") + std::string(ggml_backend_dev_name(devices[i].dev));
+    }
+    return "--tensor-split " + values + " (" + names + ")";
 }
 
 LayerPlacement place_layers(int n_layer, int n_gpu_layers, const std::vector<float> & tensor_split) {

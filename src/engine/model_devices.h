@@ -51,6 +51,8 @@ struct LayerPlacement {
     bool pin_split() const { return devices.size() > 1; }
     // "layers 3-4 and the output layer on RPC0 (127.0.0.1:50052)" per remote device, joined by "; ".
     std::string remote_line() const;
+    // The split as llama.cpp's flag takes it, over the devices: "--tensor-split 3,1 (RPC0, Vulkan0)".
+    std::string split_flag() const;
 };
 
 LayerPlacement place_layers(int n_layer, int n_gpu_layers, const std::vector<float> & tensor_split);

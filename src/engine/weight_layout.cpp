@@ -30,9 +30,9 @@ std::string stock_configuration(bool repack, bool gpu_host, bool remote) {
         // the CPU.
         return gpu_host ? std::string("stock llama.cpp with --no-op-offload") + (repack ? " --no-host" : "") +
                               ", the routed experts of this machine's layers on the CPU (-ot "
-                              "'blk\\.(LAYERS)\\.ffn_.*_exps=CPU') and the same --rpc and -ngl"
+                              "'blk\\.(LAYERS)\\.ffn_.*_exps=CPU') and the same --rpc, -ngl and --tensor-split"
                         : std::string("stock llama.cpp with ") + (repack ? "its default flags" : "-nr (--no-repack)") +
-                              " and the same --rpc and -ngl";
+                              " and the same --rpc, -ngl and --tensor-split";
     }
     if (gpu_host) {
         return repack ? "stock llama.cpp with --cpu-moe --no-op-offload --no-host (and the same -ngl)"

@@ -146,11 +146,12 @@ ExpertIndex ExpertIndex::build(const GgufFile & file, bool load_mtp, const std::
     }
 
     if (by_layer.empty() && remote_expert_bytes > 0) {
-        throw Error(file.path() +
-                    ": every layer with experts is on the RPC servers (-ngl): nothing is left for the "
-                    "pager here. Give -ngl fewer layers than the model's " +
-                    std::to_string(idx.n_layer + 1) +
-                    " (with the output layer) to keep the first ones on this machine, or run stock llama.cpp");
+        throw Error(
+            file.path() +
+            ": every layer with experts is on the RPC servers (-ngl): nothing is left for the pager "
+            "here. Keep some on this machine: -ngl below the model's " +
+            std::to_string(idx.n_layer + 1) +
+            " layers (with the output layer), or a --tensor-split share for a local GPU; or run stock llama.cpp");
     }
     if (by_layer.empty() || !n_expert || *n_expert <= 0) {
         throw Error(file.path() + ": not a MoE model: nothing to page (architecture '" + idx.arch +

@@ -273,6 +273,13 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     note(params.model.path + ": " + idx.arch + ", " + std::to_string(idx.n_layer) + " layers, " +
          std::to_string(idx.n_expert) + " experts (top-" + std::to_string(idx.n_expert_used) + "), " +
          format_bytes(idx.dense_bytes) + " dense in RAM, " + format_bytes(idx.expert_bytes) + " of experts paged");
+    if (placement.pin_split()) {
+        note("layers split over " + std::to_string(placement.devices.size()) + " devices with " +
+             placement.split_flag() +
+             (std::all_of(po.tensor_split.begin(), po.tensor_split.end(), [](float w) { return w == 0.0f; })
+                  ? ": each device's free memory now, fixed for this load"
+                  : ""));
+    }
     if (placement.any_remote()) {
         note(placement.remote_line() + ": their tensors, experts included, stay there (" +
              format_bytes(idx.remote_bytes) + ")");

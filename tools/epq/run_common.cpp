@@ -155,6 +155,11 @@ LoadedModel load_model(const RunOptions & o) {
                      format_bytes(plan.bytes).c_str(), pools.c_str(),
                      plan.holds_everything ? ": every expert fits" : "", m.paged->arena_reasoning().c_str());
         m.remote_layers = m.paged->placement().any_remote();
+        if (m.paged->placement().pin_split()) {
+            std::fprintf(stderr, "epq: layers split over %zu devices with %s%s\n", m.paged->placement().devices.size(),
+                         m.paged->placement().split_flag().c_str(),
+                         so.tensor_split.empty() ? ": each device's free memory now, fixed for this load" : "");
+        }
         if (m.remote_layers) {
             std::fprintf(stderr, "epq: %s: their tensors, experts included, stay there (%s)\n",
                          m.paged->placement().remote_line().c_str(), format_bytes(idx.remote_bytes).c_str());
