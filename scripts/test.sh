@@ -142,7 +142,7 @@ asan_tests() {
   asan+='|^LayerSplit\.'
   asan+='|^RpcRun\.'
   asan+='|^Rpc/RpcSplit\..*/gpt_oss '
-  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/../tests/lsan.supp" UBSAN_OPTIONS=print_stacktrace=1 \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$asan")
   rm -rf build-asan/tests/models
 }
