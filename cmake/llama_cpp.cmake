@@ -113,6 +113,8 @@ if("thread" IN_LIST EPQ_SANITIZE)
   # the split-model tests' files) link that ggml-cpu too.
   target_link_options(llama-server PRIVATE -fsanitize=thread)
   target_link_options(llama-gguf-split PRIVATE -fsanitize=thread)
+  # So does the RPC server the --rpc tests start.
+  target_link_options(ggml-rpc-server PRIVATE -fsanitize=thread)
 endif()
 
 # epq's JSON and HTTP code uses the copies of nlohmann-json and cpp-httplib that the pinned tree
