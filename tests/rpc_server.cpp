@@ -58,4 +58,13 @@ std::string rpc_endpoint() {
     return server.endpoint();
 }
 
+bool local_gpu_visible() {
+    for (const ModelDevice & d : model_devices()) {
+        if (!d.remote) {
+            return true;
+        }
+    }
+    return false;
+}
+
 }  // namespace epq::test

@@ -25,4 +25,7 @@ private:
 // One server, started and registered as a device (add_rpc_servers) once per test process.
 std::string rpc_endpoint();
 
+// Whether a GPU of this machine is among the model's devices (an RPC server's is not one).
+bool local_gpu_visible();
+
 }  // namespace epq::test

@@ -24,33 +24,38 @@
 
 #include <gtest/gtest.h>
 #include <map>
+#include <set>
+#include <unistd.h>
 
 using namespace epq;
 using namespace epq::test;
 
 namespace {
 
-// A local GPU (an RPC server's device, which another test may have registered, is not one).
-bool gpu_visible() {
-    for (const ModelDevice & d : model_devices()) {
-        if (!d.remote) {
-            return true;
-        }
-    }
-    return false;
-}
-
 // Skips (a build without a GPU backend) or fails (one whose device is missing) unless a GPU
 // device is visible.
 #define REQUIRE_GPU()                                                                                       \
     do {                                                                                                    \
-        if (!gpu_visible()) {                                                                               \
+        if (!local_gpu_visible()) {                                                                         \
             if (EPQ_GPU_BACKEND[0] == '\0') {                                                               \
                 GTEST_SKIP() << "built without a GPU backend: scripts/setup.sh --vulkan builds one";        \
             }                                                                                               \
             FAIL() << "built with " << EPQ_GPU_BACKEND << " but no device is visible: for Mesa's software " \
                    << "device install mesa-vulkan-drivers and set GGML_VK_VISIBLE_DEVICES=0";               \
         }                                                                                                   \
+    } while (0)
+
+// The cases that split between the CPU and the GPU alone. ggml cannot unregister a device, so
+// after a test in the same process registered an RPC server (GpuHybridRpc), llama.cpp would
+// split the layers over it too. ctest runs each test in a process of its own.
+#define REQUIRE_NO_RPC_SERVER()                                                                         \
+    do {                                                                                                \
+        for (const ModelDevice & d : model_devices()) {                                                 \
+            if (d.remote) {                                                                             \
+                GTEST_SKIP() << "an earlier test in this process registered an RPC server, which ggml " \
+                             << "cannot unregister; run this test on its own (ctest does)";             \
+            }                                                                                           \
+        }                                                                                               \
     } while (0)
 
 struct HybridCase {
@@ -99,6 +104,7 @@ class GpuHybrid : public ::testing::TestWithParam<HybridCase> {};
 // --cpu-moe; the deep case also holds experts repacked (--repack) against stock --no-host.
 TEST_P(GpuHybrid, LayersOnTheGpuWithPagedExpertsMatchStockCpuMoe) {
     REQUIRE_GPU();
+    REQUIRE_NO_RPC_SERVER();
     const HybridCase & c = GetParam();
     const std::string model = model_for(c);
     const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
@@ -152,6 +158,7 @@ INSTANTIATE_TEST_SUITE_P(Devices, GpuHybrid, ::testing::ValuesIn(hybrid_cases())
 // The placement says where layers went and that the experts stayed with the pager.
 TEST(GpuHybridRun, TheLoadLineSaysWhereLayersAndExpertsAre) {
     REQUIRE_GPU();
+    REQUIRE_NO_RPC_SERVER();
     SynthConfig cfg = tiny("qwen3moe", "q4_K");
     cfg.shape.n_layer = 2;
     const std::string model = synth_model("device-qwen3moe_q4_K", cfg);
@@ -162,6 +169,52 @@ TEST(GpuHybridRun, TheLoadLineSaysWhereLayersAndExpertsAre) {
     EXPECT_NE(r.err.find("output identical to stock llama.cpp with --cpu-moe --no-op-offload (and the same -ngl)"),
               std::string::npos)
         << r.err;
+}
+
+// llama.cpp copies a GPU layer's weights into device memory at load and never reads their file
+// pages again, so the pager's dense lock (which keeps the CPU's dense weights in RAM under a
+// memory cap) must leave them out: locked, they would sit in RAM beside the device's copy, which
+// on an integrated or software device is RAM too, and the arena sized for the cap would overflow
+// it. -ngl 2 of 3: block 0 on the CPU, block 1 and the output layer on the GPU.
+TEST(GpuHybridRun, AGpuLayersWeightsAreNotAlsoLockedInRam) {
+    REQUIRE_GPU();
+    REQUIRE_NO_RPC_SERVER();
+    if (geteuid() != 0) {
+        GTEST_SKIP() << "not root: the locked-memory limit, not the placement, decides what is locked";
+    }
+    SynthConfig cfg = tiny("qwen3moe", "q4_K");
+    cfg.shape.n_layer = 2;
+    const std::string model = synth_model("device-qwen3moe_q4_K", cfg);
+    const GgufFile file = GgufFile::open(model);
+    const ExpertIndex idx = ExpertIndex::build(file);
+    std::set<std::string> experts;
+    for (const auto & l : idx.layers) {
+        for (const auto & t : l.tensors) {
+            experts.insert(t.name);
+        }
+    }
+    uint64_t cpu_dense = 0, gpu_dense = 0, cpu_tensors = 0;
+    for (const auto & t : file.tensors()) {
+        if (experts.count(t.name) != 0) {
+            continue;
+        }
+        const int il = placed_layer(t.name, idx.n_layer);
+        (il >= 1 ? gpu_dense : cpu_dense) += t.nbytes;
+        cpu_tensors += il >= 1 ? 0 : 1;
+    }
+    // Locked: everything but the experts and the GPU layers (the CPU's dense weights, and the
+    // header, whose vocabulary every run reads), each range rounded out to whole pages.
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t rounding = 2 * page * (cpu_tensors + 1);
+    const uint64_t not_on_gpu = file.file_size() - idx.expert_bytes - gpu_dense;
+    ASSERT_GT(gpu_dense, rounding) << "the GPU layers are too small for the bound below to tell";
+
+    const LoggedRun r = run_logged(model, "Hello", "2", {"-ngl", "2"}, "device-lock");
+    ASSERT_EQ(r.result.exit_code, 0) << r.result.err;
+    const uint64_t locked = r.stats["dense_locked_bytes"];
+    EXPECT_GE(locked, cpu_dense) << "the CPU layers' dense weights are not all locked";
+    EXPECT_LE(locked, not_on_gpu + rounding)
+        << "the GPU layers' weights (" << gpu_dense << " B) are locked in RAM as well";
 }
 
 // A split over an RPC server and the GPU beside the pager: every layer on a device, half to each

@@ -175,6 +175,14 @@ bool LayerPlacement::remote(int il) const {
     return d != kCpuLayer && devices[static_cast<size_t>(d)].remote;
 }
 
+bool LayerPlacement::local_device(int il) const {
+    if (il < 0 || static_cast<size_t>(il) >= device_of_layer.size()) {
+        return false;
+    }
+    const int d = device_of_layer[static_cast<size_t>(il)];
+    return d != kCpuLayer && !devices[static_cast<size_t>(d)].remote;
+}
+
 bool LayerPlacement::any_remote() const {
     for (size_t il = 0; il < device_of_layer.size(); ++il) {
         if (remote(static_cast<int>(il))) {

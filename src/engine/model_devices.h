@@ -46,6 +46,8 @@ struct LayerPlacement {
 
     bool remote(int il) const;
     bool any_remote() const;
+    // On a GPU of this machine: llama.cpp copies the layer's weights into its memory at load.
+    bool local_device(int il) const;
     // With more than one device the split depends on free memory, which moves: the load is given
     // these weights as its --tensor-split, so that llama.cpp places layers exactly as predicted.
     bool pin_split() const { return devices.size() > 1; }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <regex>
 
 namespace epq {
 
@@ -210,6 +211,17 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     // memory of its own: locking their file pages as well would hold them twice.
     // Nor the remote layers' bytes: llama.cpp reads them once, to send them to their server.
     std::vector<std::pair<uint64_t, uint64_t>> copied = index_.remote_ranges;
+    // Nor a local GPU's layers': llama.cpp reads them once, to upload them, and locked they would
+    // stay in RAM beside the device's copy (measured: a 30B model with every layer on lavapipe
+    // went over an 8 GiB cap its arena was sized for). What the CPU override above keeps in the
+    // mapping (the paged layers' expert biases) stays locked.
+    static const std::regex kept_on_cpu(LLM_FFN_EXPS_REGEX);
+    for (const auto & t : file.tensors()) {
+        const int il = placed_layer(t.name, static_cast<size_t>(std::max<int64_t>(n_layer, 0)));
+        if (placement_.local_device(il) && !std::regex_search(t.name, kept_on_cpu)) {
+            copied.emplace_back(t.file_offset, t.file_offset + t.nbytes);
+        }
+    }
     if (repack_) {
         for (const auto & t : file.tensors()) {
             // Matrices (stacked experts are 3-D); token_embd is looked up (GET_ROWS), not multiplied.

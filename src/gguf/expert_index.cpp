@@ -54,6 +54,16 @@ bool has_routed_experts(const GgufFile & file) {
     return false;
 }
 
+int placed_layer(const std::string & name, size_t n_layer) {
+    static const std::regex block_tensor(R"(^blk\.(\d{1,9})\.)");
+    std::smatch m;
+    if (std::regex_search(name, m, block_tensor)) {
+        const size_t il = std::stoul(m[1].str());
+        return il < n_layer ? static_cast<int>(il) : -1;
+    }
+    return name.rfind("output", 0) == 0 ? static_cast<int>(n_layer) : -1;
+}
+
 ExpertIndex ExpertIndex::build(const GgufFile & file, bool load_mtp, const std::vector<bool> & remote) {
     ExpertIndex idx;
     idx.arch = file.architecture();
@@ -85,27 +95,20 @@ ExpertIndex ExpertIndex::build(const GgufFile & file, bool load_mtp, const std::
     const int64_t first_mtp = idx.n_mtp_layers > 0 && !idx.mtp_loaded ? *n_layer - n_nextn : INT64_MAX;
     static const std::regex block_tensor(R"(^blk\.(\d{1,9})\.)");
 
-    const auto is_remote = [&](const TensorInfo & t, const std::smatch & block) {
-        if (remote.empty()) {
-            return false;
-        }
-        if (block.empty()) {
-            return t.name.rfind("output", 0) == 0 && remote.back();
-        }
-        const long long il = std::stoll(block[1].str());
-        return il >= 0 && static_cast<size_t>(il) + 1 < remote.size() && remote[static_cast<size_t>(il)];
+    const auto is_remote = [&](const TensorInfo & t) {
+        const int il = remote.empty() ? -1 : placed_layer(t.name, remote.size() - 1);
+        return il >= 0 && remote[static_cast<size_t>(il)];
     };
     std::map<int, ExpertLayer> by_layer;
     uint64_t remote_expert_bytes = 0;
     std::smatch m;
     for (const auto & t : file.tensors()) {
-        const bool in_block = std::regex_search(t.name, m, block_tensor);
-        if (in_block && std::stoll(m[1].str()) >= first_mtp) {
+        if (std::regex_search(t.name, m, block_tensor) && std::stoll(m[1].str()) >= first_mtp) {
             idx.unused_bytes += t.nbytes;
             idx.unused_ranges.emplace_back(t.file_offset, t.file_offset + t.nbytes);
             continue;
         }
-        if (is_remote(t, in_block ? m : std::smatch())) {
+        if (is_remote(t)) {
             idx.remote_bytes += t.nbytes;
             idx.remote_ranges.emplace_back(t.file_offset, t.file_offset + t.nbytes);
             remote_expert_bytes += is_expert_stack(t) ? t.nbytes : 0;

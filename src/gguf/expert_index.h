@@ -18,6 +18,10 @@ bool is_routed_expert_matrix(const TensorInfo & t, int64_t n_expert);
 // Whether a model has any expert stack, whatever its count (a dense model has nothing to page).
 bool has_routed_experts(const GgufFile & file);
 
+// The layer llama.cpp creates a tensor with, for its device: N for blk.N.*, n_layer for the
+// output layer's (output*), -1 for the rest (the input layer's: token_embd, ...).
+int placed_layer(const std::string & name, size_t n_layer);
+
 struct ExpertTensor {
     std::string name;
     std::string kind;  // "gate", "up", "down", "gate_up", ... (between "ffn_" and "_exps")
