@@ -48,6 +48,16 @@ std::string model_for(const RpcCase & c) {
     return path;
 }
 
+// The cases below compare with stock llama.cpp on the CPU beside the server. A visible GPU would
+// take a share of the layers (with op offload on stock's side): GpuHybridRpc covers that split.
+#define REQUIRE_NO_LOCAL_GPU()                                                                           \
+    do {                                                                                                 \
+        if (local_gpu_visible()) {                                                                       \
+            GTEST_SKIP() << "a local GPU is visible: these cases split between the server and the CPU; " \
+                         << "GpuHybridRpc covers a server beside a GPU";                                 \
+        }                                                                                                \
+    } while (0)
+
 uint64_t stack_bytes(const GgufFile & file, const ExpertIndex & local) {
     uint64_t n = 0;
     for (const auto & l : local.layers) {
@@ -67,6 +77,7 @@ class RpcSplit : public ::testing::TestWithParam<RpcCase> {};
 // one that holds every local expert; weights repacked (stock's default flags) and in the file's
 // layout (stock -nr).
 TEST_P(RpcSplit, RemoteLayersKeepTheirExpertsAndLogitsMatchStock) {
+    REQUIRE_NO_LOCAL_GPU();
     const RpcCase & c = GetParam();
     const std::string endpoint = rpc_endpoint();
     const std::string model = model_for(c);
@@ -135,6 +146,7 @@ INSTANTIATE_TEST_SUITE_P(
 // End to end through the epq binary: the load line says which layers went where, the logits are
 // stock's with the same flags, and what cannot work fails with a message that says what to do.
 TEST(RpcRun, TheCommandSplitsAcrossTheServerAsStockDoes) {
+    REQUIRE_NO_LOCAL_GPU();
     const std::string endpoint = rpc_endpoint();
     const std::string model = synth_model("rpc-qwen3moe_q4_K", tiny("qwen3moe", "q4_K"));
     const LoggedRun paged = run_logged(model, prompt_of(200), "4", {"--rpc", endpoint, "-ngl", "2"}, "rpc-paged");
@@ -201,6 +213,7 @@ std::vector<std::string> llama_placement(const std::string & model, int ngl, con
 // servers and several -ngl and --tensor-split values, the predicted device of every layer is the
 // one llama.cpp's loader reports for it.
 TEST(RpcPlacement, PredictedLayerSplitIsLlamaCppsOwn) {
+    REQUIRE_NO_LOCAL_GPU();
     static RpcServer second;
     const std::string first = rpc_endpoint();
     add_rpc_servers(second.endpoint());
