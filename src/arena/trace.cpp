@@ -1,5 +1,7 @@
 #include "arena/trace.h"
 
+#include "arena/route_trace.h"
+
 #include "util/error.h"
 
 #include <nlohmann/json.hpp>
@@ -206,10 +208,13 @@ Trace read_trace(const std::string & path) {
     if (read && !line.empty() && line.back() == '\r') {
         line.pop_back();
     }
+    if (read && line == kRouteTraceMagic) {
+        return read_route_trace(in, path);
+    }
     if (!read || (line != kMagic && line != kMagicV1)) {
         const bool other_version = line.rfind("epq-trace ", 0) == 0;
         throw Error("'" + path + "' is not an epq routing trace: its first line is '" + line.substr(0, 40) +
-                    "', not '" + kMagic + "'" +
+                    "', not '" + kMagic + "' or '" + kRouteTraceMagic + "'" +
                     (other_version ? "; this epq reads trace formats 1 and 2, record the trace again with it" : ""));
     }
     const bool guesses_allowed = line == kMagic;
