@@ -6,7 +6,7 @@
 # layout changes stock's own kernels) and through the pager. The two runs' logits of every step
 # must be byte-identical, and so must their text; stock's text is what the next prompt goes on
 # with. A process that starts cold at another setting exercises what one long run cannot: arena
-# sizes from constant eviction to holding everything, both policies and layouts, prefetch on, off
+# sizes from constant eviction to holding everything, every run policy, both layouts, prefetch on, off
 # and auto's trial, one and two threads, each against the long context the text has built.
 #
 #   scripts/soak.sh [-m MODEL] [--steps N] [--segment N]
@@ -89,7 +89,7 @@ print(sum(c["slot_bytes"] * len(c["layers"]) for c in d["size_classes"]) * d["n_
 mid_arena=$((all_slots / 2 > 2 * min_arena ? all_slots / 2 : 2 * min_arena))
 arenas=("$min_arena" "$mid_arena" auto)
 arena_names=(min half auto)
-policies=(lfu lru)
+policies=(forecast lru lfu 2q)
 prefetches=(off on auto)
 threads=(2 1)
 layouts=(repacked -nr)
@@ -132,7 +132,7 @@ start=$SECONDS
 while ((done_steps < steps)); do
   n=$((steps - done_steps < segment ? steps - done_steps : segment))
   arena=${arenas[k % 3]} arena_name=${arena_names[k % 3]}
-  policy=${policies[k % 2]}
+  policy=${policies[k % 4]}
   prefetch=${prefetches[(k + k / 3) % 3]}
   t=${threads[k / 2 % 2]}
   layout=${layouts[k / 4 % 2]}

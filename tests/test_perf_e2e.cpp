@@ -247,15 +247,15 @@ TEST(Trace, RecordsEveryTokenAndLayerAndSimulateReplaysIt) {
     // A guess for every MoE layer after the first, in each of the 23 decode steps.
     EXPECT_EQ(gt.guesses.size(), 23u * (idx.layers.size() - 1));
     const auto gj = read_json(d + "/guessed.json");
-    const SimResult pf = simulate(gt, 3 * idx.min_arena_bytes, SimOptions{EvictionPolicy::lfu, true});
+    const SimResult pf = simulate(gt, 3 * idx.min_arena_bytes, SimOptions{"lfu", true});
     const double run_spec = gj["speculative_reads"].get<double>();
     EXPECT_GT(run_spec, 0.0);
     EXPECT_NEAR(static_cast<double>(pf.speculative_reads), run_spec, 0.25 * run_spec);
     EXPECT_GT(pf.speculative_used, 0u);
-    EXPECT_GT(pf.hit_rate, simulate(gt, 3 * idx.min_arena_bytes, EvictionPolicy::lfu).hit_rate);
+    EXPECT_GT(pf.hit_rate, simulate(gt, 3 * idx.min_arena_bytes, "lfu").hit_rate);
     const CommandResult gsim = run_epq({"simulate", guessed, "--arena", std::to_string(3 * idx.min_arena_bytes)});
     ASSERT_EQ(gsim.exit_code, 0) << gsim.err;
-    EXPECT_NE(gsim.out.find("lfu+prefetch"), std::string::npos) << gsim.out;
+    EXPECT_NE(gsim.out.find(std::string(kDefaultPolicy) + "+prefetch"), std::string::npos) << gsim.out;
 }
 
 TEST(SynthRouting, FlatProfileReusesExpertsOnlyByChance) {

@@ -150,6 +150,22 @@ TEST(SlotArena, FailedFillForgetsTheKey) {
 
 namespace {
 
+PolicyContext lfu_ctx(double half_life) {
+    PolicyContext ctx;
+    ctx.lfu_half_life = half_life;
+    return ctx;
+}
+
+template <class Fn>
+std::string error_message(Fn fn) {
+    try {
+        fn();
+    } catch (const Error & e) {
+        return e.what();
+    }
+    return "";
+}
+
 // Acquires `key` in class 0, marks it loaded and unpins it: one use of one expert.
 bool use(SlotArena & a, uint32_t expert) {
     auto x = a.acquire({0, expert}, 0);
@@ -166,13 +182,19 @@ bool use(SlotArena & a, uint32_t expert) {
 
 }  // namespace
 
-TEST(EvictionPolicy, NamesRoundTripAndUnknownNamesListTheValidOnes) {
-    for (EvictionPolicy p : {EvictionPolicy::lru, EvictionPolicy::lfu, EvictionPolicy::belady}) {
-        EXPECT_EQ(parse_policy(policy_name(p)), p);
+TEST(ReplacementPolicy, NamesAreFoundAndUnknownNamesListTheValidOnes) {
+    for (const PolicyInfo & p : replacement_policies()) {
+        EXPECT_EQ(&find_policy(p.name), &p);
+        if (p.needs_future) {
+            EXPECT_THROW(parse_run_policy(p.name), Error) << p.name;
+        } else {
+            EXPECT_EQ(parse_run_policy(p.name), p.name);
+        }
     }
-    EXPECT_STREQ(policy_name(EvictionPolicy::lfu), "lfu");
+    EXPECT_EQ(parse_run_policy(kDefaultPolicy), kDefaultPolicy);
+    EXPECT_NE(error_message([] { parse_run_policy("belady"); }).find("simulate"), std::string::npos);
     try {
-        parse_policy("fifo");
+        find_policy("fifo");
         FAIL() << "no error";
     } catch (const Error & e) {
         const std::string msg = e.what();
@@ -187,8 +209,8 @@ TEST(SlotArena, LfuKeepsAFrequentExpertThatLruEvicts) {
     // misses A B C A = 4, hits 2. lfu: C evicts B (1 use against A's 3), the last A hits:
     // misses A B C = 3, hits 3.
     const std::vector<uint32_t> seq = {1, 1, 1, 2, 3, 1};
-    SlotArena lru({{100, 2}}, EvictionPolicy::lru);
-    SlotArena lfu({{100, 2}}, EvictionPolicy::lfu);
+    SlotArena lru({{100, 2}}, "lru");
+    SlotArena lfu({{100, 2}}, "lfu");
     for (uint32_t e : seq) {
         use(lru, e);
         use(lfu, e);
@@ -206,7 +228,7 @@ TEST(SlotArena, LfuCountsSurviveEvictionAndEqualCountsGoLeastRecentlyUsed) {
     // (2 < 3). B comes back and evicts C (1): its count goes on from 2 to 3. D: A and B both
     // count 3, but B's uses are more recent (decay leaves them a little more), so A goes. Had
     // B's count restarted at 1 after its eviction, D would have evicted B.
-    SlotArena a({{100, 2}}, EvictionPolicy::lfu, 1e9);
+    SlotArena a({{100, 2}}, "lfu", lfu_ctx(1e9));
     for (uint32_t e : {1, 1, 1, 2, 2, 3, 2, 4}) {
         use(a, e);
     }
@@ -224,7 +246,7 @@ TEST(SlotArena, LfuCountsDecaySoOldPopularityFades) {
     // sum(2^(-d/4), d = 1..9) ~ 4.2, so C evicts A. Without decay (a half-life far beyond the
     // run) A's 10 beats B's 9 and C evicts B.
     auto run = [](double half_life) {
-        SlotArena a({{100, 2}}, EvictionPolicy::lfu, half_life);
+        SlotArena a({{100, 2}}, "lfu", lfu_ctx(half_life));
         for (int i = 0; i < 10; ++i) {
             use(a, 1);
         }
@@ -248,7 +270,7 @@ TEST(SlotArena, ABatchMovesTheLfuClockByItsTokens) {
     // decays to ~0.7, and C evicts A.
     for (uint32_t tokens : {1u, 12u}) {
         SCOPED_TRACE(tokens);
-        SlotArena a({{100, 2}}, EvictionPolicy::lfu, 8);
+        SlotArena a({{100, 2}}, "lfu", lfu_ctx(8));
         use(a, 1);
         use(a, 1);
         auto b = a.acquire({0, 2}, 0, tokens);
@@ -286,16 +308,17 @@ TEST(SlotArena, BeladyOnTheTextbookSequenceMissesNineTimes) {
     // misses: 7 0 1 2 3 4 0 1 7 = 9, hits 11.
     const std::vector<uint32_t> seq = {7, 0, 1, 2, 0, 3, 0, 4, 2, 3, 0, 3, 2, 1, 2, 0, 1, 7, 0, 1};
     size_t now = 0;
-    SlotArena opt({{100, 3}}, EvictionPolicy::belady);
-    opt.set_next_use([&](const ExpertKey & k) -> uint64_t {
+    PolicyContext future;
+    future.next_use = [&](const ExpertKey & k) -> uint64_t {
         for (size_t j = now + 1; j < seq.size(); ++j) {
             if (seq[j] == k.expert) {
                 return j;
             }
         }
         return UINT64_MAX;
-    });
-    SlotArena lru({{100, 3}}, EvictionPolicy::lru);
+    };
+    SlotArena opt({{100, 3}}, "belady", future);
+    SlotArena lru({{100, 3}}, "lru");
     for (now = 0; now < seq.size(); ++now) {
         use(opt, seq[now]);
         use(lru, seq[now]);
@@ -309,9 +332,8 @@ TEST(SlotArena, BeladyOnTheTextbookSequenceMissesNineTimes) {
 }
 
 TEST(SlotArena, BeladyWithoutAnOracleSaysSo) {
-    SlotArena a({{100, 2}}, EvictionPolicy::belady);
     try {
-        a.acquire({0, 1}, 0);
+        SlotArena a({{100, 2}}, "belady");
         FAIL() << "no error";
     } catch (const Error & e) {
         EXPECT_NE(std::string(e.what()).find("simulate"), std::string::npos) << e.what();
@@ -319,10 +341,11 @@ TEST(SlotArena, BeladyWithoutAnOracleSaysSo) {
 }
 
 TEST(SlotArena, EveryPolicyBorrowsLargerSlotsWhenItsOwnArePinned) {
-    for (EvictionPolicy p : {EvictionPolicy::lru, EvictionPolicy::lfu, EvictionPolicy::belady}) {
-        SCOPED_TRACE(policy_name(p));
-        SlotArena a({{100, 1}, {200, 2}}, p);
-        a.set_next_use([](const ExpertKey &) { return UINT64_MAX; });
+    PolicyContext ctx;
+    ctx.next_use = [](const ExpertKey &) { return UINT64_MAX; };
+    for (const PolicyInfo & p : replacement_policies()) {
+        SCOPED_TRACE(p.name);
+        SlotArena a({{100, 1}, {200, 2}}, p.name, ctx);
         auto s1 = a.acquire({0, 1}, 0);
         auto s2 = a.acquire({0, 2}, 0);
         ASSERT_TRUE(s1 && s2);
@@ -338,5 +361,61 @@ TEST(SlotArena, EveryPolicyBorrowsLargerSlotsWhenItsOwnArePinned) {
         ASSERT_TRUE(l2);
         EXPECT_EQ(l2->ref, s2->ref);
         EXPECT_FALSE(a.find({0, 2}));
+    }
+}
+
+namespace {
+
+// One use of `expert` of `layer` (class 0): acquired, loaded if it missed, unpinned.
+void use_at(SlotArena & a, uint32_t layer, uint32_t expert) {
+    auto x = a.acquire({layer, expert}, 0);
+    ASSERT_TRUE(x) << "no slot for " << layer << "/" << expert;
+    if (!x->hit) {
+        a.loaded(x->ref);
+    }
+    a.unpin(x->ref);
+}
+
+}  // namespace
+
+TEST(SlotArena, ForecastKeepsTheExpertOfTheLayerAboutToComeRound) {
+    // 48 MoE layers, two slots. Token 1 uses y at layer 1; token 2 uses x at layer 0, then z at
+    // layer 0 needs a slot. y is the least recently and the least often used (its one use has
+    // decayed a token longer), so lru and lfu give it up. But layer 1 comes next, one layer away,
+    // while layer 0 comes round again only after 48: forecast gives up x.
+    PolicyContext ctx;
+    for (uint32_t l = 0; l < 48; ++l) {
+        ctx.layers.push_back(l);
+    }
+    for (const char * p : {"lru", "lfu", "forecast"}) {
+        SCOPED_TRACE(p);
+        SlotArena a({{100, 2}}, p, ctx);
+        use_at(a, 1, 7);  // y
+        use_at(a, 0, 3);  // x
+        use_at(a, 0, 5);  // z
+        const bool forecast = std::string(p) == "forecast";
+        EXPECT_EQ(a.find({1, 7}).has_value(), forecast);
+        EXPECT_EQ(a.find({0, 3}).has_value(), !forecast);
+        EXPECT_TRUE(a.find({0, 5}));
+    }
+}
+
+TEST(SlotArena, TwoQueueKeepsAnExpertUsedAgainThroughAScanOfOneOffs) {
+    // Four slots (A1in holds a quarter: 1). A is used, pushed out by one-off experts 1-4 (its key
+    // is remembered), and used again: it joins the main queue. A scan of five more one-offs then
+    // passes through A1in and leaves A resident; lru loses it to the scan.
+    for (const char * p : {"2q", "lru"}) {
+        SCOPED_TRACE(p);
+        SlotArena a({{100, 4}}, p);
+        use_at(a, 0, 100);
+        for (uint32_t e = 1; e <= 4; ++e) {
+            use_at(a, 0, e);
+        }
+        EXPECT_FALSE(a.find({0, 100}));
+        use_at(a, 0, 100);
+        for (uint32_t e = 5; e <= 9; ++e) {
+            use_at(a, 0, e);
+        }
+        EXPECT_EQ(a.find({0, 100}).has_value(), std::string(p) == "2q");
     }
 }

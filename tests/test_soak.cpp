@@ -39,8 +39,8 @@ TEST(Soak, ShortRunWithChangingSettingsMatchesStockEveryStep) {
         << r.out;
     EXPECT_EQ(count_lines_with(r.out, "): identical"), 8) << r.out;
     for (const char * setting :
-         {"arena min,", "arena half,", "arena auto,", "--policy lfu", "--policy lru", "--prefetch off", "--prefetch on",
-          "--prefetch auto", "-t 1,", "-t 2,", "repacked;", "-nr;"}) {
+         {"arena min,", "arena half,", "arena auto,", "--policy forecast", "--policy lfu", "--policy lru",
+          "--policy 2q", "--prefetch off", "--prefetch on", "--prefetch auto", "-t 1,", "-t 2,", "repacked;", "-nr;"}) {
         EXPECT_GE(count_lines_with(r.out, setting), 1) << "no segment ran with " << setting << ":\n" << r.out;
     }
     // The segments at the minimum arena must have evicted, or they tested nothing more than the others.

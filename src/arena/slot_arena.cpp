@@ -96,36 +96,13 @@ ArenaPlan plan_arena(uint64_t budget, const std::vector<SizeClassDemand> & class
     return plan;
 }
 
-EvictionPolicy parse_policy(const std::string & name) {
-    if (name == "lru") {
-        return EvictionPolicy::lru;
-    }
-    if (name == "lfu") {
-        return EvictionPolicy::lfu;
-    }
-    if (name == "belady") {
-        return EvictionPolicy::belady;
-    }
-    throw Error("unknown eviction policy '" + name +
-                "'; use lru or lfu (belady, the optimal one, needs the future: only epq simulate has it)");
-}
-
-const char * policy_name(EvictionPolicy p) {
-    switch (p) {
-        case EvictionPolicy::lru: return "lru";
-        case EvictionPolicy::lfu: return "lfu";
-        case EvictionPolicy::belady: return "belady";
-    }
-    return "?";
-}
-
 double lfu_half_life_acquires(uint64_t moe_layers, uint32_t k) {
     return kLfuHalfLifeTokens * static_cast<double>(std::max<uint64_t>(1, moe_layers * k));
 }
 
-SlotArena::SlotArena(std::vector<PoolSpec> pools, EvictionPolicy policy, double lfu_half_life)
-    : specs_(std::move(pools)), pools_(specs_.size()), policy_(policy) {
-    uint64_t total = 0;
+SlotArena::SlotArena(std::vector<PoolSpec> pools, const std::string & policy, PolicyContext ctx)
+    : specs_(std::move(pools)), pools_(specs_.size()), policy_name_(policy) {
+    ctx.pool_slots.clear();
     for (size_t p = 0; p < specs_.size(); ++p) {
         auto & pool = pools_[p];
         pool.slots.resize(specs_[p].n_slots);
@@ -134,17 +111,9 @@ SlotArena::SlotArena(std::vector<PoolSpec> pools, EvictionPolicy policy, double 
             pool.empty.push_back(s);
             pool.slots[s].queue = Queue::empty;
         }
-        total += specs_[p].n_slots;
+        ctx.pool_slots.push_back(specs_[p].n_slots);
     }
-    half_life_ = lfu_half_life > 0 ? lfu_half_life : static_cast<double>(std::max<uint64_t>(1, 8 * total));
-}
-
-void SlotArena::set_next_use(NextUse oracle) {
-    if (!oracle) {
-        throw Error("internal: empty next-use oracle for the belady policy");
-    }
-    next_use_ = std::move(oracle);
-    rerank();
+    policy_ = make_policy(policy, ctx);
 }
 
 void SlotArena::set_home(uint32_t pool, HomeSlot home) {
@@ -169,50 +138,11 @@ std::optional<SlotRef> SlotArena::take_home(uint32_t pool, const ExpertKey & key
     return ref;
 }
 
-void SlotArena::count_use(const ExpertKey & key, uint32_t uses) {
-    acquires_ += std::max<uint32_t>(1, uses);
-    const double now = static_cast<double>(acquires_) / half_life_;
-    auto it = uses_.find(key);
-    // The count decayed to now, plus this use.
-    const double count = (it == uses_.end() ? 0.0 : std::exp2(it->second - now)) + 1.0;
-    uses_[key] = std::log2(count) + now;
-}
-
-uint64_t SlotArena::primary_rank(const ExpertKey & key) {
-    switch (policy_) {
-        case EvictionPolicy::lru: return 0;
-        case EvictionPolicy::lfu: {
-            auto it = uses_.find(key);
-            const UseScore score = it == uses_.end() ? 0.0 : it->second;
-            uint64_t bits = 0;
-            std::memcpy(&bits, &score, sizeof bits);
-            return bits;
-        }
-        case EvictionPolicy::belady: return UINT64_MAX - next_use_(key);
-    }
-    return 0;
-}
-
-void SlotArena::rerank() {
-    if (policy_ != EvictionPolicy::belady) {
-        return;
-    }
-    for (auto & pool : pools_) {
-        std::set<Rank> ranked;
-        for (const Rank & r : pool.ranked) {
-            Slot & s = pool.slots[r.slot];
-            s.rank.primary = primary_rank(*s.key);
-            ranked.insert(s.rank);
-        }
-        pool.ranked.swap(ranked);
-    }
-}
-
 void SlotArena::detach(SlotRef r) {
     Slot & s = slot(r);
     auto & pool = pools_[r.pool];
-    if (s.queue == Queue::ranked) {
-        pool.ranked.erase(s.rank);
+    if (s.queue == Queue::evictable) {
+        policy_->remove(r);
     } else if (s.queue == Queue::empty) {
         pool.empty.erase(std::find(pool.empty.begin(), pool.empty.end(), r.slot));
     }
@@ -223,9 +153,8 @@ void SlotArena::enqueue(SlotRef r) {
     Slot & s = slot(r);
     auto & pool = pools_[r.pool];
     if (s.key) {
-        s.rank = Rank{primary_rank(*s.key), ++tick_, r.slot};
-        pool.ranked.insert(s.rank);
-        s.queue = Queue::ranked;
+        policy_->add(r, *s.key);
+        s.queue = Queue::evictable;
     } else {
         // A slot that holds nothing is the first to reuse.
         pool.empty.push_back(r.slot);
@@ -243,15 +172,17 @@ std::optional<SlotRef> SlotArena::take_victim(uint32_t pool) {
     SlotRef ref{pool, 0};
     if (!p.empty.empty()) {
         ref.slot = p.empty.back();
-    } else if (!p.ranked.empty()) {
-        ref.slot = p.ranked.begin()->slot;
+        detach(ref);
+    } else if (const std::optional<uint32_t> victim = policy_->take_victim(pool)) {
+        ref.slot = *victim;
+        slot(ref).queue = Queue::none;  // the policy has let go of it already
     } else {
         return std::nullopt;
     }
-    detach(ref);
     Slot & s = slot(ref);
     if (s.key) {
         where_.erase(*s.key);
+        policy_->on_evicted(ref, *s.key);
         ++counters_.evictions;
     }
     s.key.reset();
@@ -260,11 +191,6 @@ std::optional<SlotRef> SlotArena::take_victim(uint32_t pool) {
 }
 
 std::optional<SlotArena::Acquired> SlotArena::acquire(const ExpertKey & key, uint32_t cls, uint32_t uses) {
-    if (policy_ == EvictionPolicy::belady && !next_use_) {
-        throw Error(
-            "the belady eviction policy needs to know future expert use, which only epq simulate has; "
-            "use lru or lfu");
-    }
     std::optional<Acquired> got;
     auto it = where_.find(key);
     if (it != where_.end()) {
@@ -293,8 +219,8 @@ std::optional<SlotArena::Acquired> SlotArena::acquire(const ExpertKey & key, uin
         }
     }
     // Only uses that got a slot count: a refused acquire is retried by the caller.
-    if (got && policy_ == EvictionPolicy::lfu) {
-        count_use(key, uses);
+    if (got) {
+        policy_->on_use(key, uses);
     }
     return got;
 }
@@ -311,6 +237,7 @@ void SlotArena::failed(SlotRef ref) {
     }
     if (s.key) {
         where_.erase(*s.key);
+        policy_->on_evicted(ref, *s.key);
     }
     s.key.reset();
     s.ready = false;

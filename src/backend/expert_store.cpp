@@ -38,11 +38,24 @@ std::vector<ModelFilePart> model_file_parts(const ExpertIndex & index) {
     return parts;
 }
 
+// What the replacement policy may know: the MoE layers in the order a token computes them, and
+// how many experts a token selects of how many.
+PolicyContext policy_context(const SlotLayout & layout, const ExpertIndex & index) {
+    PolicyContext ctx;
+    for (const auto & l : layout.layers) {
+        ctx.layers.push_back(static_cast<uint32_t>(l.layer));
+    }
+    ctx.n_expert = index.n_expert;
+    ctx.n_expert_used = index.n_expert_used;
+    ctx.lfu_half_life = lfu_half_life_acquires(layout.layers.size(), index.n_expert_used);
+    return ctx;
+}
+
 ExpertStore::ExpertStore(const ExpertIndex & index, const ExpertStoreOptions & opts, PagerTelemetry & telemetry)
     : telemetry_(telemetry),
       layout_(SlotLayout::build(index)),
       plan_(make_plan(layout_, index, opts.arena_bytes)),
-      arena_(plan_.pools, opts.policy, lfu_half_life_acquires(layout_.layers.size(), index.n_expert_used)),
+      arena_(plan_.pools, opts.policy, policy_context(layout_, index)),
       repack_(opts.repack, layout_),
       reader_(model_file_parts(index)),
       reads_(reader_, opts.read_threads),

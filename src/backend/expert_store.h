@@ -36,7 +36,7 @@ struct ExpertUse {
 struct ExpertStoreOptions {
     uint64_t arena_bytes = 0;
     int read_threads = 4;
-    EvictionPolicy policy = EvictionPolicy::lfu;
+    std::string policy = kDefaultPolicy;
     bool repack = true;
 };
 

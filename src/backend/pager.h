@@ -35,7 +35,7 @@ struct PagerOptions {
     // Next-layer prediction: read the experts the next layer's router would pick for the
     // current hidden state while this layer computes (decode only).
     PrefetchMode prefetch = PrefetchMode::automatic;
-    EvictionPolicy policy = EvictionPolicy::lfu;
+    std::string policy = kDefaultPolicy;
     std::string trace_path;  // record every (token, layer, experts) here when set
     // Hold experts in ggml's repacked layout where stock llama.cpp's default flags would (see
     // expert_repack.h); false is `-nr`, the file's layout.
@@ -94,7 +94,7 @@ public:
     static uint64_t scratch_bound(const ExpertIndex & index, uint32_t n_batch) {
         return ChainCompute::scratch_bound(index, n_batch);
     }
-    EvictionPolicy policy() const { return store_.arena().policy(); }
+    const std::string & policy() const { return store_.arena().policy(); }
     const ArenaPlan & plan() const { return store_.plan(); }
     const SlotLayout & layout() const { return store_.layout(); }
 

@@ -27,7 +27,7 @@ nlohmann::json prediction_json(const PredictionCounts & c) {
 nlohmann::json PagerSnapshot::to_json() const {
     nlohmann::json j;
     j["arena_bytes"] = arena_bytes;
-    j["policy"] = policy_name(policy);
+    j["policy"] = policy;
     j["expert_lookups"] = expert_lookups;
     j["hits"] = hits;
     j["misses"] = misses;

@@ -16,7 +16,7 @@ namespace epq {
 
 struct PagerSnapshot {
     uint64_t arena_bytes = 0;  // the arena's size (ArenaPlan::bytes)
-    EvictionPolicy policy = EvictionPolicy::lfu;
+    std::string policy = kDefaultPolicy;
     uint64_t tokens = 0;             // tokens through the first MoE layer (prompt and generated)
     uint64_t ops = 0;                // expert matmuls served
     uint64_t expert_lookups = 0;     // distinct (layer, expert) uses per batch

@@ -3,6 +3,7 @@
 // --no-pager), so each starts with a clean process and, when capped, its own memory cgroup.
 #pragma once
 
+#include "arena/replacement_policy.h"
 #include "engine/weight_layout.h"
 
 #include <nlohmann/json.hpp>
@@ -27,7 +28,7 @@ struct BenchOptions {
     uint32_t n_batch = 512;
     std::string replay;  // text file; default: the shipped sample
     std::string prefetch = "auto";
-    std::string policy = "lfu";
+    std::string policy = kDefaultPolicy;
     int read_threads = 4;
     WeightLayout layout = WeightLayout::automatic;  // epq's; --repack / -nr name it for every run
     bool stock = true;

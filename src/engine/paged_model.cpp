@@ -69,14 +69,6 @@ std::vector<std::pair<uint64_t, uint64_t>> within(const std::vector<std::pair<ui
 
 }  // namespace
 
-EvictionPolicy parse_run_policy(const std::string & name) {
-    const EvictionPolicy p = parse_policy(name);
-    if (p == EvictionPolicy::belady) {
-        throw Error("--policy belady needs the future: it exists only in epq simulate");
-    }
-    return p;
-}
-
 uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx) {
     const std::string a = file.architecture();
     const int64_t n_layer = file.get_int(a + ".block_count").value_or(0);

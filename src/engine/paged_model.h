@@ -25,7 +25,7 @@ struct PagedModelOptions {
     uint32_t n_ctx = 4096;
     uint32_t n_batch = 512;
     PrefetchMode prefetch = PrefetchMode::automatic;
-    EvictionPolicy policy = EvictionPolicy::lfu;
+    std::string policy = kDefaultPolicy;  // a name parse_run_policy accepts
     std::string trace_path;
     WeightLayout layout = WeightLayout::automatic;
     bool load_mtp = false;  // llama.cpp loads the MTP layers too (MTP speculative decoding)
@@ -37,10 +37,6 @@ struct PagedModelOptions {
     // compute buffers (a server's prompt cache, a draft model, ...): the arena leaves it free.
     std::vector<std::pair<std::string, uint64_t>> other_needs;
 };
-
-// --policy for a live run: every policy but belady, which needs the future (epq simulate only).
-// Throws epq::Error naming the flag.
-EvictionPolicy parse_run_policy(const std::string & name);
 
 class PagedModel {
 public:

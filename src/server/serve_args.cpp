@@ -153,7 +153,9 @@ std::string pager_flags_help() {
            "  --arena SIZE|auto   RAM for experts: a size (4G, 512M) or auto (available memory minus the\n"
            "                      dense weights, KV cache of every slot, prompt cache, draft model,\n"
            "                      projector, compute buffers and headroom) (default: auto)\n"
-           "  --policy lfu|lru    arena eviction (default: lfu)\n"
+           "  --policy NAME       arena eviction: " +
+           run_policy_names() + " (default: " + kDefaultPolicy +
+           ")\n"
            "  --prefetch auto|on|off\n"
            "                      read the experts the next layer's router picks early (default: auto)\n"
            "  --read-threads N    expert reads in flight (default: 4)\n"

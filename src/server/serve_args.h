@@ -3,6 +3,8 @@
 // environment variables work unchanged). Pure: no llama.cpp here.
 #pragma once
 
+#include "arena/replacement_policy.h"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,7 +17,7 @@ constexpr int kAllDecodeStreams = 1 << 30;
 // The flags only epq knows. Unset ones keep the defaults of `epq run`.
 struct PagerFlags {
     std::string arena = "auto";
-    std::string policy = "lfu";
+    std::string policy = kDefaultPolicy;
     std::string prefetch = "auto";
     int read_threads = 4;
     bool preload = false;

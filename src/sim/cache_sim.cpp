@@ -143,34 +143,41 @@ Replay flatten(const Trace & t, const std::vector<uint32_t> & layer_idx) {
 
 }  // namespace
 
-SimResult simulate(const Trace & t, uint64_t arena_bytes, EvictionPolicy p) {
+SimResult simulate(const Trace & t, uint64_t arena_bytes, const std::string & policy) {
     SimOptions o;
-    o.policy = p;
+    o.policy = policy;
     return simulate(t, arena_bytes, o);
 }
 
 SimResult simulate(const Trace & t, uint64_t arena_bytes, const SimOptions & o) {
     const TraceHeader & h = t.header;
     check(h);
-    const EvictionPolicy p = o.policy;
-    if (p == EvictionPolicy::belady && o.prefetch) {
-        throw Error("internal: belady replays the trace without guesses");
+    const bool future = find_policy(o.policy).needs_future;
+    if (future && o.prefetch) {
+        throw Error("internal: " + o.policy + " replays the trace without guesses");
     }
     const ArenaPlan plan = plan_arena(arena_bytes, h.classes, h.n_expert_used);
     const std::vector<uint32_t> layer_idx = layer_indices(h);
     const Replay r = flatten(t, layer_idx);
 
-    SlotArena arena(plan.pools, p, lfu_half_life_acquires(h.layers.size(), h.n_expert_used));
     // Where each key is used next, as of its latest use: exactly "the next use after now" for
     // every key not in use, which is all the oracle is asked about.
     std::vector<uint64_t> next_of(h.layers.size() * size_t{h.n_expert}, UINT64_MAX);
     auto dense = [&](const ExpertKey & k) { return size_t{layer_idx[k.layer]} * h.n_expert + k.expert; };
-    if (p == EvictionPolicy::belady) {
-        arena.set_next_use([&](const ExpertKey & k) { return next_of[dense(k)]; });
+    PolicyContext ctx;
+    for (const auto & l : h.layers) {
+        ctx.layers.push_back(l.first);
     }
+    ctx.n_expert = h.n_expert;
+    ctx.n_expert_used = h.n_expert_used;
+    ctx.lfu_half_life = lfu_half_life_acquires(h.layers.size(), h.n_expert_used);
+    if (future) {
+        ctx.next_use = [&](const ExpertKey & k) { return next_of[dense(k)]; };
+    }
+    SlotArena arena(plan.pools, o.policy, ctx);
 
     SimResult res;
-    res.policy = std::string(policy_name(p)) + (o.prefetch ? "+prefetch" : "");
+    res.policy = o.policy + (o.prefetch ? "+prefetch" : "");
     res.arena_bytes = arena_bytes;
     auto key_of = [&](uint32_t dense_key) {
         const uint32_t li = dense_key / h.n_expert;
@@ -244,8 +251,8 @@ SimResult simulate(const Trace & t, uint64_t arena_bytes, const SimOptions & o) 
 std::vector<SimResult> simulate_all(const Trace & t, const std::vector<uint64_t> & arena_sizes) {
     std::vector<SimResult> out;
     for (uint64_t bytes : arena_sizes) {
-        for (EvictionPolicy p : {EvictionPolicy::lru, EvictionPolicy::lfu, EvictionPolicy::belady}) {
-            out.push_back(simulate(t, bytes, p));
+        for (const PolicyInfo & p : replacement_policies()) {
+            out.push_back(simulate(t, bytes, p.name));
         }
         if (!t.guesses.empty()) {
             SimOptions o;

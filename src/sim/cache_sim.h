@@ -12,7 +12,7 @@
 namespace epq {
 
 struct SimResult {
-    std::string policy;        // "lru", "lfu", "belady"; "+prefetch" when the trace's guesses were replayed
+    std::string policy;  // a policy's name (replacement_policy.h); "+prefetch" when the trace's guesses were replayed
     uint64_t arena_bytes = 0;  // the budget asked for (the plan may use a little less)
     uint64_t accesses = 0;     // distinct experts per (step, layer), summed
     uint64_t hits = 0;
@@ -28,7 +28,7 @@ struct SimResult {
 };
 
 struct SimOptions {
-    EvictionPolicy policy = EvictionPolicy::lfu;
+    std::string policy = kDefaultPolicy;
     // Replay the trace's guesses as decode prediction does: after a layer's experts are pinned,
     // the next layer's guessed experts are acquired (read when missing) and stay pinned until
     // that layer's own experts are pinned.
@@ -39,10 +39,10 @@ struct SimOptions {
 // per (step, layer), the distinct experts in order of first use are pinned one after another,
 // then all unpinned, like one expert matmul; a group the arena cannot pin at once goes in chunks.
 SimResult simulate(const Trace & t, uint64_t arena_bytes, const SimOptions & o);
-SimResult simulate(const Trace & t, uint64_t arena_bytes, EvictionPolicy p);
+SimResult simulate(const Trace & t, uint64_t arena_bytes, const std::string & policy);
 
-// lru, lfu and belady for each size, in that order, size by size; then, when the trace has
-// guesses, lfu with prefetch as the pager runs it.
+// Every policy of replacement_policies() (belady last) for each size, size by size; then, when
+// the trace has guesses, the default policy with prefetch as the pager runs it.
 std::vector<SimResult> simulate_all(const Trace & t, const std::vector<uint64_t> & arena_sizes);
 
 // The number of batches (distinct consecutive steps) in `t`, to express results per step.

@@ -25,18 +25,13 @@ double gib_per_step(const SimResult & r, uint64_t steps) {
     return steps ? static_cast<double>(r.bytes_missed) / kGiB / static_cast<double>(steps) : 0.0;
 }
 
-const SimResult * find_result(const std::vector<SimResult> & rs, uint64_t bytes, const char * policy) {
+const SimResult * find_result(const std::vector<SimResult> & rs, uint64_t bytes, const std::string & policy) {
     for (const auto & r : rs) {
         if (r.arena_bytes == bytes && r.policy == policy) {
             return &r;
         }
     }
     return nullptr;
-}
-
-std::string center(const std::string & text, size_t width) {
-    const size_t pad = width > text.size() ? (width - text.size()) / 2 : 0;
-    return std::string(pad, ' ') + text;
 }
 
 }  // namespace
@@ -117,63 +112,72 @@ std::vector<uint64_t> default_arena_sizes(const TraceHeader & h) {
 
 std::string sim_table(const TraceHeader & h, uint64_t steps, const std::vector<SimResult> & results) {
     std::vector<uint64_t> sizes;
-    bool prefetch = false;
+    std::vector<std::string> policies;  // columns, in the order the results give them
     for (const auto & r : results) {
         if (std::find(sizes.begin(), sizes.end(), r.arena_bytes) == sizes.end()) {
             sizes.push_back(r.arena_bytes);
         }
-        prefetch = prefetch || r.policy == "lfu+prefetch";
+        if (std::find(policies.begin(), policies.end(), r.policy) == policies.end()) {
+            policies.push_back(r.policy);
+        }
     }
     std::string out = "trace of " + h.model + ": " + std::to_string(steps) + " steps, " +
                       std::to_string(results.empty() ? 0 : results.front().accesses) +
                       " expert uses (distinct experts per step and layer)\n";
-    char line[320];
+    char cell[64];
     const double experts = static_cast<double>(expert_bytes(h));
-    // With the trace's guesses, "lfu+pf" is lfu as a run with prediction uses it: its hit rate
-    // counts a use of a guessed read as a hit (the run waits less for it), and its GiB read per
-    // step adds the guesses' reads.
-    const char * pf_head = prefetch ? "  %7s %10s %9s" : "%s%s%s";
-    std::snprintf(line, sizeof line, "%12s %8s  %-23s  %-21s  %s", "", "", center("hit rate", 23).c_str(),
-                  center("hit rate vs belady", 21).c_str(), center("GiB missed per step", 27).c_str());
-    out += line;
-    std::snprintf(line, sizeof line, pf_head, prefetch ? "" : "", prefetch ? center("lfu+prefetch", 10).c_str() : "",
-                  "");
-    out += std::string(line) + "\n";
-    std::snprintf(line, sizeof line, "%12s %8s  %7s %7s %7s  %10s %10s  %8s %8s %9s", "arena", "experts", "lru", "lfu",
-                  "belady", "lru", "lfu", "lru", "lfu", "belady");
-    out += line;
-    std::snprintf(line, sizeof line, pf_head, prefetch ? "hit" : "", prefetch ? "vs belady" : "",
-                  prefetch ? "GiB read" : "");
-    out += std::string(line) + "\n";
-    for (uint64_t bytes : sizes) {
-        const SimResult * lru = find_result(results, bytes, "lru");
-        const SimResult * lfu = find_result(results, bytes, "lfu");
-        const SimResult * opt = find_result(results, bytes, "belady");
-        const SimResult * pf = find_result(results, bytes, "lfu+prefetch");
-        auto rate = [](const SimResult * r) {
-            return r ? format_number("%.1f%%", 100.0 * r->hit_rate) : std::string("-");
-        };
-        auto ratio = [&](const SimResult * r) {
-            return r && opt && opt->hit_rate > 0 ? format_number("%.2fx", r->hit_rate / opt->hit_rate)
-                                                 : std::string("-");
-        };
-        auto gib = [&](const SimResult * r) {
-            return r ? format_number("%.3f", gib_per_step(*r, steps)) : std::string("-");
-        };
-        std::snprintf(line, sizeof line, "%12s %8s  %7s %7s %7s  %10s %10s  %8s %8s %9s", format_bytes(bytes).c_str(),
-                      format_number("%.1f%%", experts > 0 ? 100.0 * static_cast<double>(bytes) / experts : 0.0).c_str(),
-                      rate(lru).c_str(), rate(lfu).c_str(), rate(opt).c_str(), ratio(lru).c_str(), ratio(lfu).c_str(),
-                      gib(lru).c_str(), gib(lfu).c_str(), gib(opt).c_str());
-        out += line;
-        if (pf) {
-            const double read = steps ? static_cast<double>(pf->bytes_missed + pf->speculative_bytes) / kGiB /
-                                            static_cast<double>(steps)
-                                      : 0.0;
-            std::snprintf(line, sizeof line, "  %7s %10s %9s", rate(pf).c_str(), ratio(pf).c_str(),
-                          format_number("%.3f", read).c_str());
-            out += line;
+    auto row_head = [&](uint64_t bytes) {
+        std::snprintf(
+            cell, sizeof cell, "%12s %8s", format_bytes(bytes).c_str(),
+            format_number("%.1f%%", experts > 0 ? 100.0 * static_cast<double>(bytes) / experts : 0.0).c_str());
+        return std::string(cell);
+    };
+    std::vector<int> width;  // of each policy's column
+    for (const auto & p : policies) {
+        width.push_back(std::max(14, static_cast<int>(p.size())));
+    }
+    auto header_row = [&]() {
+        std::snprintf(cell, sizeof cell, "%12s %8s", "arena", "experts");
+        std::string line = cell;
+        for (size_t i = 0; i < policies.size(); ++i) {
+            std::snprintf(cell, sizeof cell, " %*s", width[i], policies[i].c_str());
+            line += cell;
         }
-        out += "\n";
+        return line + "\n";
+    };
+    // A "+prefetch" column is a policy as a run with prediction uses it: its hit rate counts a use
+    // of a guessed read as a hit (the run waits less for it), and its GiB per step adds the
+    // guesses' reads.
+    out += "hit rate, and its fraction of belady's (the optimum, which knows the future)\n" + header_row();
+    for (uint64_t bytes : sizes) {
+        const SimResult * opt = find_result(results, bytes, "belady");
+        std::string line = row_head(bytes);
+        for (size_t i = 0; i < policies.size(); ++i) {
+            const SimResult * r = find_result(results, bytes, policies[i]);
+            std::string text = "-";
+            if (r) {
+                text = format_number("%.1f%%", 100.0 * r->hit_rate);
+                if (opt && opt->hit_rate > 0 && r != opt) {
+                    text += format_number(" %.2fx", r->hit_rate / opt->hit_rate);
+                }
+            }
+            std::snprintf(cell, sizeof cell, " %*s", width[i], text.c_str());
+            line += cell;
+        }
+        out += line + "\n";
+    }
+    out += "GiB read per step (the misses; with prefetch, the guesses' reads too)\n" + header_row();
+    for (uint64_t bytes : sizes) {
+        std::string line = row_head(bytes);
+        for (size_t i = 0; i < policies.size(); ++i) {
+            const SimResult * r = find_result(results, bytes, policies[i]);
+            const double read = r && steps ? gib_per_step(*r, steps) + static_cast<double>(r->speculative_bytes) /
+                                                                           kGiB / static_cast<double>(steps)
+                                           : 0.0;
+            std::snprintf(cell, sizeof cell, " %*s", width[i], r ? format_number("%.3f", read).c_str() : "-");
+            line += cell;
+        }
+        out += line + "\n";
     }
     return out;
 }

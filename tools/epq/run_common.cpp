@@ -35,9 +35,8 @@ void add_pager_flags(CLI::App & sub, RunOptions & o) {
                    "next-layer prediction: read the experts the next layer's router picks for the current hidden "
                    "state early (decode): auto (switches itself off when most speculative reads are wasted), on, off")
         ->capture_default_str();
-    sub.add_option(
-           "--policy", o.policy,
-           "arena eviction: lfu (use counts with aging; the default: closest to optimal on recorded traces) or lru")
+    sub.add_option("--policy", o.policy,
+                   "arena eviction: " + run_policy_names() + " (epq simulate compares them on a recorded trace)")
         ->capture_default_str();
     sub.add_flag("--preload", o.preload,
                  "fill the arena with experts (file order) before the prompt: for an arena that holds the model");

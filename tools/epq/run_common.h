@@ -34,7 +34,7 @@ struct RunOptions {
     std::string stats_json;
     std::string logits_out;  // every step's logits, raw float32, for exactness checks
     std::string prefetch = "auto";
-    std::string policy = "lfu";
+    std::string policy = kDefaultPolicy;
     std::string trace;
     bool preload = false;
     int n_gpu_layers = -1;     // -ngl: layers on a GPU (-1: llama.cpp's default, all of them)
