@@ -586,6 +586,26 @@ TEST(RoutingStats, PerLayerLruBeladyAndReuseByHand) {
     EXPECT_DOUBLE_EQ(v.shares[0].belady, 0.5);
 }
 
+TEST(RoutingStats, ReuseEightTokensLaterAndTheGuessesShareOfRoutedSlotsByHand) {
+    // One layer, top-1: a two-token prompt (step 0), then decode steps 1-9 selecting
+    // 0 1 2 3 4 5 6 7 0. No token repeats its predecessor's expert (lag 1: 0 of 8); the ninth
+    // repeats the first's (lag 8: 1 of 1). Guesses: step 2 {1, 5} names its 1, step 3 {7} misses
+    // its 2, and the prompt's guess is left out: 1 of 2 routed slots over 2 guessed layers.
+    Trace t;
+    t.header = header(8, 1, {{100, 8}}, {{0, 0}});
+    t.records = {{0, 0, 0, {5}}, {0, 1, 0, {6}}};
+    const uint32_t picks[] = {0, 1, 2, 3, 4, 5, 6, 7, 0};
+    for (uint64_t i = 0; i < 9; ++i) {
+        t.records.push_back({i + 1, i + 2, 0, {picks[i]}});
+    }
+    t.guesses = {{0, 0, {5}}, {2, 0, {1, 5}}, {3, 0, {7}}};
+    const RoutingStats s = routing_stats(t, {0.25}, 0);
+    EXPECT_DOUBLE_EQ(s.reuse, 0.0);
+    EXPECT_DOUBLE_EQ(s.reuse_lag8, 1.0);
+    EXPECT_EQ(s.guessed_layers, 2u);
+    EXPECT_DOUBLE_EQ(s.guess_recall, 0.5);
+}
+
 // The real routing trace shipped in data/traces (Qwen3-30B-A3B, top-6, recorded by another
 // project; licence and source beside it).
 const std::string kRealTrace = std::string(EPQ_SOURCE_DIR) + "/data/traces/qwen3-30b-a3b.route.csv";

@@ -24,7 +24,12 @@ struct RoutingStats {
     uint64_t decode_tokens = 0;  // single-token steps in the trace
     uint64_t counted = 0;        // of which counted (after the warm-up)
     std::vector<ShareHits> shares;
-    double reuse = 0;  // selected experts the previous token also selected at that layer
+    double reuse = 0;       // selected experts the previous token also selected at that layer
+    double reuse_lag8 = 0;  // ... that the token 8 before selected
+    // Of the routed slots of decode steps the run guessed (--prefetch: the next layer's router
+    // applied to this layer's input), the share the guess named; guessed_layers = 0: no guesses.
+    uint64_t guessed_layers = 0;
+    double guess_recall = 0;
 };
 
 // Decode steps only (one token per step); the first `warmup` of them fill the caches uncounted.
@@ -35,7 +40,9 @@ RoutingStats routing_stats(const Trace & t, const std::vector<double> & shares, 
 struct PublishedRouting {
     std::string model;
     std::vector<ShareHits> shares;
-    double reuse = 0;
+    double reuse = 0;         // 0: not known
+    double reuse_lag8 = 0;    // 0: not known
+    double guess_recall = 0;  // the next layer's router on this layer's input; 0: not known
 };
 PublishedRouting published_routing(const std::string & arch);
 
