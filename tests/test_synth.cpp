@@ -180,6 +180,31 @@ TEST(Synth, FlatRoutingScalesOnlyWhatWritesTheResidualStream) {
     EXPECT_THROW(parse_routing_profile("zipf"), Error);
 }
 
+TEST(Synth, TheCalibratedPresetWritesLessIntoTheResidualStreamAndFlatIgnoresThat) {
+    // The 30B preset's realistic routing is calibrated with a residual scale below 1: the writers
+    // (and only they) are drawn at that share of the unit-scale spread; flat draws them at 1/20
+    // of the unit-scale spread whatever the preset's scale.
+    const SynthConfig q30 = make_preset("qwen3moe-30b-a3b");
+    ASSERT_LT(q30.residual_scale, 1.0f);
+    SynthConfig unit = q30, flat = q30;
+    unit.residual_scale = 1.0f;
+    flat.routing = RoutingProfile::flat;
+    const ModelLayout a = build_layout(q30, 1000), u = build_layout(unit, 1000), f = build_layout(flat, 1000);
+    ASSERT_EQ(a.tensors.size(), u.tensors.size());
+    size_t scaled = 0;
+    for (size_t i = 0; i < a.tensors.size(); ++i) {
+        const std::string & name = a.tensors[i].name;
+        const bool writer = name.find("attn_output") != std::string::npos || name.find("ffn_down") != std::string::npos;
+        const float want = writer ? q30.residual_scale * u.tensors[i].dist.stddev : u.tensors[i].dist.stddev;
+        EXPECT_FLOAT_EQ(a.tensors[i].dist.stddev, want) << name;
+        if (writer) {
+            EXPECT_FLOAT_EQ(f.tensors[i].dist.stddev, 0.05f * u.tensors[i].dist.stddev) << name;
+            ++scaled;
+        }
+    }
+    EXPECT_EQ(scaled, 2u * q30.shape.n_layer);
+}
+
 TEST(Synth, RejectsImpossibleShapes) {
     SynthConfig cfg = tiny("qwen3moe", "q4_k");
     cfg.shape.n_ff_exp = 200;  // the Q4_K the user chose needs rows of whole 256-blocks

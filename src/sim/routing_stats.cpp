@@ -228,9 +228,9 @@ std::string routing_report(const Trace & t, const std::string & arch, nlohmann::
     out += format_number("reuse by the next token: %.1f%%", 100 * s.reuse) + beside(pub.reuse) +
            format_number(", by the token 8 later: %.1f%%", 100 * s.reuse_lag8) + beside(pub.reuse_lag8) + "\n";
     if (s.guessed_layers > 0) {
-        out += format_number("the next layer's router on this layer's input named %.1f%% of the routed slots",
-                             100 * s.guess_recall) +
-               beside(pub.guess_recall) + " (" + std::to_string(s.guessed_layers) + " guessed layers)\n";
+        out += "the next layer's router on this layer's input named " + format_number("%.1f%%", 100 * s.guess_recall) +
+               " of the routed slots" + beside(pub.guess_recall) + " (" + std::to_string(s.guessed_layers) +
+               " guessed layers)\n";
     }
     return out;
 }

@@ -30,8 +30,8 @@ public:
 
     // A tensor whose type is chosen by --type `kind` (or its llama-quantize fallback).
     void add(const std::string & name, std::vector<int64_t> ne, const std::string & kind, ValueDist dist) {
-        if (cfg_.routing == RoutingProfile::flat && writes_residual(name)) {
-            dist.stddev *= kFlatResidualScale;
+        if (writes_residual(name)) {
+            dist.stddev *= cfg_.routing == RoutingProfile::flat ? kFlatResidualScale : cfg_.residual_scale;
         }
         const ggml_type type = cfg_.quant.for_row(kind, ne[0]);
         out_.tensors.push_back(TensorSpec{name, std::move(ne), type, dist, kind});

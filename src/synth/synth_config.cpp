@@ -201,7 +201,18 @@ const std::vector<Preset> & presets() {
              SynthShape s = qwen3moe_shape();
              s.n_layer = 48, s.n_embd = 2048, s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = 768;
              s.n_head = 32, s.n_head_kv = 4, s.head_dim = 128, s.n_ctx_train = 40960;
-             return with(s, "qwen3moe-30b-a3b", "qwen2");
+             SynthConfig c = with(s, "qwen3moe-30b-a3b", "qwen2");
+             // Calibrated against the real Qwen3-30B-A3B (epq simulate's routing report, 128 decode
+             // tokens of data/text after a 64-token prompt). Random weights as they come (scale 1,
+             // no offset) route too predictably from token to token and too unpredictably from
+             // layer to layer: per-layer LRU 72 / 90 / 94% at 12.5 / 25 / 37.5% of each layer's
+             // experts (real: 65 / 83 / 92), reuse by the next token 47% (real: 38%), the next
+             // layer's router names 77% of the routed slots (real: 88.6%). Writing a third as much
+             // into the residual stream, with a shared embedding direction for the skew, gives
+             // 61 / 89 / 96%, Belady 80 / 95 / 97% (real 80 / 92 / 97), reuse 36%, router 86%.
+             c.residual_scale = 0.3f;
+             c.embd_offset = 0.9f;
+             return c;
          }},
         {"olmoe-1b-7b", "OLMoE-1B-7B shape (~4 GB mixed): 16 layers, n_embd 2048, 64 experts top-8, expert ff 1024",
          [] {

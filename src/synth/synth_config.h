@@ -99,6 +99,12 @@ struct SynthConfig {
     // their own (the hybrid qwen35moe: 3 of 4 layers are linear attention). The flat profile
     // ignores it.
     float embd_offset = 0.0f;
+    // Scales the matrices that write a layer's output into the residual stream (realistic
+    // profile; flat writes 1/20 whatever this says). Below 1 the stream keeps more of the token's
+    // own embedding: the next layer's router sees nearly what this layer's saw (the router
+    // predictor names more of its picks) and a token carries less of the context before it (less
+    // reuse by the next token).
+    float residual_scale = 1.0f;
     SynthShape shape;
     QuantPlan quant;
     std::string quant_name;
