@@ -17,6 +17,12 @@ uint64_t peak_rss_bytes() {
     return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
+uint64_t major_page_faults() {
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    return static_cast<uint64_t>(ru.ru_majflt);
+}
+
 uint64_t storage_read_bytes() {
     FILE * f = std::fopen("/proc/self/io", "r");
     if (!f) {
@@ -94,6 +100,12 @@ std::string RunReport::text() const {
         format_bytes(storage_read_bytes).c_str(),
         format_bytes(static_cast<uint64_t>(ratio(double(storage_read_bytes), gen.n_prompt + gen.n_generated))).c_str());
     out += buf;
+    if (major_faults_after_prefill && gen.n_generated > 0) {
+        std::snprintf(buf, sizeof buf, "epq: major page faults %llu, %.1f per generated token (decode)\n",
+                      static_cast<unsigned long long>(major_faults),
+                      ratio(double(major_faults - *major_faults_after_prefill), gen.n_generated));
+        out += buf;
+    }
     if (pager) {
         const auto & p = *pager;
         const double tokens = gen.n_prompt + gen.n_generated;
@@ -164,6 +176,11 @@ nlohmann::json RunReport::json() const {
     j["time_to_first_token_seconds"] = ttft_seconds;
     j["peak_rss_bytes"] = peak_rss_bytes;
     j["storage_read_bytes"] = storage_read_bytes;
+    j["major_page_faults"] = major_faults;
+    if (major_faults_after_prefill) {
+        j["decode_major_page_faults_per_token"] =
+            ratio(double(major_faults - *major_faults_after_prefill), gen.n_generated);
+    }
     j["threads"] = n_threads;
     j["paged"] = pager.has_value();
     j["weights_repacked"] = repack;

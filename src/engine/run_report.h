@@ -19,6 +19,10 @@ struct RunReport {
     double ttft_seconds = 0.0;  // from the start of the run (model load included) to the first token
     uint64_t peak_rss_bytes = 0;
     uint64_t storage_read_bytes = 0;  // this process's reads from storage (/proc/self/io), mmap faults included
+    // Page faults that waited on storage: under a memory cap, dense weights the kernel dropped
+    // and read back. From the run's start, and at the end of the prompt (to count the decode's).
+    uint64_t major_faults = 0;
+    std::optional<uint64_t> major_faults_after_prefill;
     int n_threads = 0;
     bool repack = true;                // weights repacked (stock's default layout) or the file's (-nr)
     bool gpu_host = false;             // a GPU's host buffer holds CPU weights (weight_layout.h)
@@ -49,6 +53,8 @@ TimeSplit time_split(const PagerSnapshot & before, const PagerSnapshot & after, 
 
 // Peak resident set size of this process so far.
 uint64_t peak_rss_bytes();
+// Major page faults (those that read from storage) of this process so far.
+uint64_t major_page_faults();
 // Bytes this process caused to be read from storage so far (0 where the kernel does not say).
 uint64_t storage_read_bytes();
 

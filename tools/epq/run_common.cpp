@@ -235,6 +235,7 @@ void finish_report(const RunOptions & o, LoadedModel & m, RunReport & report) {
     report.remote_layers = m.remote_layers;
     report.peak_rss_bytes = peak_rss_bytes();
     report.storage_read_bytes = storage_read_bytes();
+    report.major_faults = major_page_faults();
     if (m.paged) {
         m.paged->pager().flush_trace();
         report.pager = m.paged->pager().stats();
@@ -342,6 +343,9 @@ int run_generation(const RunOptions & o) {
             return true;
         },
         [&](int i, const float * logits, int32_t n_vocab) {
+            if (i == 0) {
+                report.major_faults_after_prefill = major_page_faults();
+            }
             if (i == 0 && m.paged) {
                 report.pager_before_prefill = before;
                 report.pager_after_prefill = m.paged->pager().stats();
