@@ -22,6 +22,17 @@ ArenaPlan make_plan(const SlotLayout & layout, const ExpertIndex & index, uint64
     return plan_arena(budget, demand, index.n_expert_used);
 }
 
+// Where the repacked-experts file sits in the reader's byte space: past any model's files.
+constexpr uint64_t kRepackedBase = 1ull << 62;
+
+std::vector<ModelFilePart> reader_parts(const ExpertIndex & index, const ExpertStoreOptions & opts) {
+    std::vector<ModelFilePart> parts = model_file_parts(index);
+    if (opts.repack && opts.repacked_file) {
+        parts.push_back({opts.repacked_file->path, kRepackedBase});
+    }
+    return parts;
+}
+
 constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14), absent from older headers
 
 }  // namespace
@@ -57,7 +68,8 @@ ExpertStore::ExpertStore(const ExpertIndex & index, const ExpertStoreOptions & o
       plan_(make_plan(layout_, index, opts.arena_bytes)),
       arena_(plan_.pools, opts.policy, policy_context(layout_, index)),
       repack_(opts.repack, layout_),
-      reader_(model_file_parts(index)),
+      repacked_file_(opts.repack ? opts.repacked_file : std::nullopt),
+      reader_(reader_parts(index, opts)),
       reads_(reader_, opts.read_threads),
       n_expert_(index.n_expert) {
     for (const auto & p : plan_.pools) {
@@ -67,6 +79,7 @@ ExpertStore::ExpertStore(const ExpertIndex & index, const ExpertStoreOptions & o
     faults_ = make_pager_faults();
     telemetry_.counters().direct_io = reader_.direct();
     telemetry_.counters().repacked_matrices = repack_.n_repacked();
+    telemetry_.counters().repacked_file = repacked_file_ ? repacked_file_->path : "";
     start_populating();  // last, so nothing after it can throw
 }
 
@@ -130,6 +143,18 @@ std::shared_ptr<Ticket> ExpertStore::load(const LayerLayout & layer, int32_t exp
     telemetry_.activity().read(layer_index(layer), static_cast<uint32_t>(expert));
     std::vector<ReadRequest> reqs;
     uint8_t * slot = slot_ptr(r);
+    if (repacked_file_) {
+        // The whole slot image, ready to compute: one read, no rewrite.
+        ReadRequest q;
+        q.offset = kRepackedBase + repacked_file_->image_offset(layer_index(layer), static_cast<uint32_t>(expert));
+        q.len = layer.bytes;
+        q.dst = slot;
+        for (const auto & m : layer.matrices) {
+            telemetry_.counters().missed_expert_bytes += m.stride;
+        }
+        reqs.push_back(q);
+        return reads_.submit(reqs, !guess);
+    }
     for (const auto & m : layer.matrices) {
         ReadRequest q;
         q.offset = m.file_offset + static_cast<uint64_t>(expert) * m.stride;

@@ -9,6 +9,7 @@
 #include "backend/expert_repack.h"
 #include "backend/pager_faults.h"
 #include "backend/pager_telemetry.h"
+#include "backend/repacked_experts.h"
 #include "gguf/expert_index.h"
 #include "gguf/slot_layout.h"
 #include "io/model_reader.h"
@@ -20,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +40,9 @@ struct ExpertStoreOptions {
     int read_threads = 4;
     std::string policy = kDefaultPolicy;
     bool repack = true;
+    // With `repack`: read slots ready-repacked from this file (repacked_experts.h) instead of
+    // rewriting them after each read.
+    std::optional<RepackedExperts> repacked_file;
 };
 
 class ExpertSlotView;
@@ -108,6 +113,7 @@ private:
     ArenaPlan plan_;
     SlotArena arena_;
     ExpertRepack repack_;
+    std::optional<RepackedExperts> repacked_file_;  // read from at kRepackedBase of reader_'s byte space
     std::vector<Mapping> pools_;  // one per slot size; before reads_, so it is unmapped after the reads end
     ModelReader reader_;
     mutable ReadPool reads_;

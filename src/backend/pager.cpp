@@ -32,6 +32,7 @@ ExpertStoreOptions store_options(const PagerOptions & o) {
     s.read_threads = o.read_threads;
     s.policy = o.policy;
     s.repack = o.repack;
+    s.repacked_file = o.repacked_file;
     return s;
 }
 

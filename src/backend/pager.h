@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ struct PagerOptions {
     // Hold experts in ggml's repacked layout where stock llama.cpp's default flags would (see
     // expert_repack.h); false is `-nr`, the file's layout.
     bool repack = true;
+    // With `repack`: read experts ready-repacked from this file (repacked_experts.h).
+    std::optional<RepackedExperts> repacked_file;
 };
 
 class Pager {

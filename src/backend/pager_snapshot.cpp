@@ -65,6 +65,7 @@ nlohmann::json PagerSnapshot::to_json() const {
     j["repacked_matrices_per_expert"] = repacked_matrices;  // summed over layers; 0 with -nr
     j["pager_scratch_bytes"] = scratch_bytes;               // besides the arena, at its peak
     j["repack_seconds"] = repack_seconds;                   // on the read threads, after the reads
+    j["repacked_experts_file"] = repacked_file;             // read ready-repacked from it; "" when none
     nlohmann::json pf = prediction_json(prefetch);
     pf["mode"] = prefetch_mode_name(prefetch_mode);
     pf["state"] = prefetch_state;

@@ -41,6 +41,7 @@ struct PagerSnapshot {
     uint64_t whole_layer_chains = 0;
     uint64_t repacked_matrices = 0;  // expert matrices per expert held in the repacked layout (0: -nr)
     double repack_seconds = 0.0;     // rewriting read experts in that layout, summed over read threads
+    std::string repacked_file;       // where experts are read ready-repacked from (repacked_experts.h), or ""
     // Memory the pager holds besides the arena, at its peak: gathered rows, staged outputs, graph
     // contexts and ggml's work buffer for the expert matmuls (which grows and never shrinks).
     uint64_t scratch_bytes = 0;

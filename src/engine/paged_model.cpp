@@ -13,7 +13,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <regex>
+#include <unistd.h>
 
 namespace epq {
 
@@ -68,6 +70,26 @@ std::vector<std::pair<uint64_t, uint64_t>> within(const std::vector<std::pair<ui
 }
 
 }  // namespace
+
+std::optional<RepackedExperts> find_repacked_experts(const ExpertIndex & index, const std::string & asked,
+                                                     std::string * note) {
+    if (asked == "none") {
+        return std::nullopt;
+    }
+    if (asked != "auto") {
+        return open_repacked_experts(asked, index);  // named: what does not fit is an error
+    }
+    const std::string beside = repacked_experts_path(index);
+    if (access(beside.c_str(), F_OK) != 0) {
+        return std::nullopt;
+    }
+    try {
+        return open_repacked_experts(beside, index);
+    } catch (const Error & e) {
+        *note = std::string("not reading experts from it: ") + e.what();
+        return std::nullopt;
+    }
+}
 
 uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx) {
     const std::string a = file.architecture();
@@ -145,7 +167,14 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     }
 
     gpu_host_ = gpu_host_buffer_first();
-    repack_ = layout_repacks(opts.layout, arena >= all_slots, gpu_host_);
+    std::optional<RepackedExperts> ready;
+    if (opts.layout != WeightLayout::file) {
+        ready = find_repacked_experts(index_, opts.repacked_experts, &repacked_note_);
+    }
+    repack_ = layout_repacks(opts.layout, arena >= all_slots || ready.has_value(), gpu_host_);
+    if (repack_ && ready) {
+        repacked_file_ = ready->path;
+    }
 
     PagerOptions po;
     po.arena_bytes = arena;
@@ -154,6 +183,9 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     po.policy = opts.policy;
     po.trace_path = opts.trace_path;
     po.repack = repack_;
+    if (!repacked_file_.empty()) {
+        po.repacked_file = std::move(ready);
+    }
     pager_ = std::make_unique<Pager>(path, index_, po);
 
     register_pager_device();

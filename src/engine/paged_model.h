@@ -14,6 +14,7 @@
 #include "llama.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,11 @@ struct PagedModelOptions {
     std::string policy = kDefaultPolicy;  // a name parse_run_policy accepts
     std::string trace_path;
     WeightLayout layout = WeightLayout::automatic;
+    // Experts rewritten once in ggml's repacked layout (epq repack; backend/repacked_experts.h):
+    // "auto" reads them from the file beside the model when it is there and made for this CPU
+    // (ignored with a notice when not), a path names one (an error when it does not fit), "none"
+    // never. Read from there, an arena holding part of the experts runs stock's default layout.
+    std::string repacked_experts = "auto";
     bool load_mtp = false;  // llama.cpp loads the MTP layers too (MTP speculative decoding)
     // Where llama.cpp puts the layers (-ngl, --tensor-split; model_devices.h): the experts of layers
     // on an RPC server stay there, only this machine's are paged.
@@ -57,6 +63,10 @@ public:
     // Whether a GPU's host buffer holds llama.cpp's CPU weights (weight_layout.h). With repack(),
     // the session must then bypass it (llama_model_params.no_host, stock's --no-host).
     bool gpu_host() const { return gpu_host_; }
+    // The repacked-experts file the experts are read from, or "" (also when repack() is false).
+    const std::string & repacked_file() const { return repacked_file_; }
+    // Why a repacked-experts file beside the model is not used, or "".
+    const std::string & repacked_note() const { return repacked_note_; }
     // Null-terminated, for llama_model_params.tensor_buft_overrides.
     const llama_model_tensor_buft_override * overrides() const { return overrides_.data(); }
     // How the llama.cpp session must load this model: the overrides, the layout of the weights it
@@ -77,9 +87,17 @@ private:
     std::string arena_reasoning_;
     bool repack_ = true;
     bool gpu_host_ = false;
+    std::string repacked_file_;
+    std::string repacked_note_;
     std::vector<std::string> override_patterns_;  // owned here: overrides_ points into them
     std::vector<llama_model_tensor_buft_override> overrides_;
 };
+
+// The repacked-experts file PagedModelOptions::repacked_experts asks for, checked against `index`
+// and this CPU: "none" none; a path, that file (throws epq::Error when it does not fit); "auto",
+// the file beside the model when it is there and fits, else none with `note` saying why.
+std::optional<RepackedExperts> find_repacked_experts(const ExpertIndex & index, const std::string & asked,
+                                                     std::string * note);
 
 // KV cache bytes for n_ctx tokens (F16 keys and values in every attention layer).
 uint64_t estimate_kv_bytes(const GgufFile & file, uint32_t n_ctx);

@@ -122,7 +122,10 @@ std::string RunReport::text() const {
                       p.direct_io ? "O_DIRECT" : "buffered: O_DIRECT unsupported here", p.wait_seconds,
                       p.compute_seconds);
         out += buf;
-        if (p.repacked_matrices > 0) {
+        if (p.repacked_matrices > 0 && !p.repacked_file.empty()) {
+            out += "epq: experts held in ggml's repacked layout (" + std::to_string(p.repacked_matrices) +
+                   " matrices per expert over the layers), read ready-repacked from " + p.repacked_file + "\n";
+        } else if (p.repacked_matrices > 0) {
             std::snprintf(buf, sizeof buf,
                           "epq: experts held in ggml's repacked layout (%llu matrices per expert over the layers; "
                           "-nr keeps the file's): %.2f s repacking on the read threads\n",

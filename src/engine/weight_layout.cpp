@@ -41,17 +41,21 @@ std::string stock_configuration(bool repack, bool gpu_host, bool remote) {
     return repack ? "stock llama.cpp with its default flags" : "stock llama.cpp with -nr (--no-repack)";
 }
 
-std::string layout_line(WeightLayout asked, bool repack, bool gpu_host, bool remote) {
+std::string layout_line(WeightLayout asked, bool repack, bool gpu_host, bool remote, const std::string & ready_file) {
     std::string why;
     switch (asked) {
         case WeightLayout::repacked: why = "--repack"; break;
         case WeightLayout::file: why = "-nr"; break;
         case WeightLayout::automatic:
             why = gpu_host ? "a GPU's host buffer holds stock's CPU weights unrepacked; --repack for --no-host's"
-                  : repack ? "the arena holds every expert, so each is repacked once"
+                  : !ready_file.empty() ? "the experts are read ready-repacked"
+                  : repack              ? "the arena holds every expert, so each is repacked once"
                            : "the arena holds part of the experts: repacking after every read would take CPU from "
                              "the compute threads; --repack for stock's default layout";
             break;
+    }
+    if (!ready_file.empty()) {
+        why += ", from " + ready_file;
     }
     return std::string(repack ? "weights repacked where ggml repacks them" : "weights in the file's layout") + " (" +
            why + "): output identical to " + stock_configuration(repack, gpu_host, remote);

@@ -43,6 +43,7 @@ bool layout_repacks(WeightLayout layout, bool arena_holds_everything, bool gpu_h
 std::string stock_configuration(bool repack, bool gpu_host = false, bool remote = false);
 
 // One line for the start of a run: the layout, why, and the stock configuration it matches.
-std::string layout_line(WeightLayout asked, bool repack, bool gpu_host = false, bool remote = false);
+std::string layout_line(WeightLayout asked, bool repack, bool gpu_host = false, bool remote = false,
+                        const std::string & ready_file = "");
 
 }  // namespace epq

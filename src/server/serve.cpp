@@ -239,6 +239,7 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
     po.policy = parse_run_policy(flags.policy);
     po.trace_path = flags.trace;
     po.layout = asked_layout(params, llama_args);
+    po.repacked_experts = flags.repacked_experts;
     po.other_needs = plan.needs;
     // MTP drafting makes llama.cpp load the MTP layers, and with them their experts.
     // (as common_model_params_to_llama decides it).
@@ -290,8 +291,12 @@ std::unique_ptr<PagedServe> setup_pager(common_params & params, const PagerFlags
         note("llama.cpp's warm-up is off: it runs every expert of every layer once, which would read all " +
              format_bytes(idx.expert_bytes) + " of experts before the first request");
     }
-    note(layout_line(po.layout, ps->model->repack(), ps->model->gpu_host(), placement.any_remote()) + "; " +
-         std::to_string(params.n_parallel) + " slots, context " + std::to_string(params.n_ctx) + " tokens");
+    if (!ps->model->repacked_note().empty()) {
+        note(ps->model->repacked_note());
+    }
+    note(layout_line(po.layout, ps->model->repack(), ps->model->gpu_host(), placement.any_remote(),
+                     ps->model->repacked_file()) +
+         "; " + std::to_string(params.n_parallel) + " slots, context " + std::to_string(params.n_ctx) + " tokens");
     plan_decode_streams(params, *ps);
     return ps;
 }

@@ -18,8 +18,9 @@ struct Spec {
 
 // llama-server has none of these names: they can be taken out without hiding one of its flags.
 constexpr Spec kSpecs[] = {
-    {"--arena", Kind::text},   {"--policy", Kind::text},   {"--prefetch", Kind::text}, {"--read-threads", Kind::number},
-    {"--preload", Kind::flag}, {"--no-pager", Kind::flag}, {"--trace", Kind::text},    {"--decode-streams", Kind::text},
+    {"--arena", Kind::text},          {"--policy", Kind::text},         {"--prefetch", Kind::text},
+    {"--read-threads", Kind::number}, {"--preload", Kind::flag},        {"--no-pager", Kind::flag},
+    {"--trace", Kind::text},          {"--decode-streams", Kind::text}, {"--repacked-experts", Kind::text},
 };
 
 const Spec * find_spec(const std::string & arg, std::string & inline_value, bool & has_inline) {
@@ -44,6 +45,8 @@ void apply(PagerFlags & f, const std::string & name, const std::string & value) 
         f.prefetch = value;
     } else if (name == "--trace") {
         f.trace = value;
+    } else if (name == "--repacked-experts") {
+        f.repacked_experts = value;
     } else if (name == "--read-threads") {
         char * end = nullptr;
         const long n = std::strtol(value.c_str(), &end, 10);
@@ -160,6 +163,10 @@ std::string pager_flags_help() {
            "                      read the experts the next layer's router picks early (default: auto)\n"
            "  --read-threads N    expert reads in flight (default: 4)\n"
            "  --preload           fill the arena with experts before serving\n"
+           "  --repacked-experts auto|FILE|none\n"
+           "                      experts rewritten once in ggml's repacked layout (epq repack): auto\n"
+           "                      reads MODEL.epq-repacked when it is there and made for this CPU, so a\n"
+           "                      partial arena runs stock's default layout (default: auto)\n"
            "  --no-pager          run the model as stock llama-server does (mmap), for comparison\n"
            "  --trace FILE        record every (token, layer, experts) for epq simulate\n"
            "  --decode-streams N|auto|all\n"

@@ -23,6 +23,7 @@ struct PagerFlags {
     bool preload = false;
     bool no_pager = false;
     std::string trace;
+    std::string repacked_experts = "auto";
     int decode_streams = 0;  // requests that generate at once; 0: as many as the arena fits
 };
 

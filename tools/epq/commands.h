@@ -22,6 +22,7 @@ Handler add_chat(CLI::App & app);
 Handler add_verify(CLI::App & app);
 Handler add_bench(CLI::App & app);
 Handler add_simulate(CLI::App & app);
+Handler add_repack(CLI::App & app);
 Handler add_serve(CLI::App & app);
 
 }  // namespace epq::cli

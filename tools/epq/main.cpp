@@ -56,6 +56,7 @@ int main(int argc, char ** argv) {
     add(epq::cli::add_inspect);
     add(epq::cli::add_verify);
     add(epq::cli::add_simulate);
+    add(epq::cli::add_repack);
     add(epq::cli::add_bench);
     add(epq::cli::add_serve);
 

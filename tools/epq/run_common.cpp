@@ -26,6 +26,11 @@ void add_pager_flags(CLI::App & sub, RunOptions & o) {
                  "hold weights repacked as stock llama.cpp's default flags do, whatever the arena: output identical "
                  "to stock with its default flags")
         ->excludes(nr);
+    sub.add_option("--repacked-experts", o.repacked_experts,
+                   "experts rewritten once in ggml's repacked layout by `epq repack`: 'auto' reads them from "
+                   "MODEL.epq-repacked when it is there and was made for this CPU, so an arena holding part of "
+                   "the experts runs stock's default layout without repacking; a path names the file; 'none'")
+        ->capture_default_str();
     sub.add_option("--arena", o.arena,
                    "RAM for experts: a size (4G, 512M) or 'auto' (available memory minus dense weights, KV cache, "
                    "compute buffers, the pager's scratch at -b, and headroom)")
@@ -136,6 +141,7 @@ LoadedModel load_model(const RunOptions & o) {
         po.policy = parse_run_policy(o.policy);
         po.trace_path = o.trace;
         po.layout = o.no_repack ? WeightLayout::file : o.repack ? WeightLayout::repacked : WeightLayout::automatic;
+        po.repacked_experts = o.repacked_experts;
         po.n_gpu_layers = o.n_gpu_layers;
         po.tensor_split = so.tensor_split;
         m.paged = std::make_unique<PagedModel>(o.model, po);
@@ -163,8 +169,13 @@ LoadedModel load_model(const RunOptions & o) {
             std::fprintf(stderr, "epq: %s: their tensors, experts included, stay there (%s)\n",
                          m.paged->placement().remote_line().c_str(), format_bytes(idx.remote_bytes).c_str());
         }
-        std::fprintf(stderr, "epq: %s\n",
-                     layout_line(po.layout, m.paged->repack(), m.paged->gpu_host(), m.remote_layers).c_str());
+        if (!m.paged->repacked_note().empty()) {
+            std::fprintf(stderr, "epq: %s\n", m.paged->repacked_note().c_str());
+        }
+        std::fprintf(
+            stderr, "epq: %s\n",
+            layout_line(po.layout, m.paged->repack(), m.paged->gpu_host(), m.remote_layers, m.paged->repacked_file())
+                .c_str());
         m.paged->configure(so);
         if (o.cpu_moe) {
             std::fprintf(stderr, "epq: note: --cpu-moe: the routed experts stay with the pager, on the CPU\n");

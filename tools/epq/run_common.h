@@ -25,8 +25,9 @@ struct RunOptions {
     uint32_t n_parallel = 1;  // sequences in the context (epq serve's slots)
     SamplingOptions sampling;
     bool no_pager = false;
-    bool no_repack = false;  // -nr: weights stay in the file's layout
-    bool repack = false;     // --repack: repacked as stock's default flags, whatever the arena
+    bool no_repack = false;                 // -nr: weights stay in the file's layout
+    bool repack = false;                    // --repack: repacked as stock's default flags, whatever the arena
+    std::string repacked_experts = "auto";  // --repacked-experts: PagedModelOptions::repacked_experts
     std::string arena = "auto";
     int read_threads = 4;
     bool verbose = false;
