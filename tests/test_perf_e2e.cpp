@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <numeric>
 #include <random>
 #include <set>
@@ -256,6 +258,71 @@ TEST(Trace, RecordsEveryTokenAndLayerAndSimulateReplaysIt) {
     const CommandResult gsim = run_epq({"simulate", guessed, "--arena", std::to_string(3 * idx.min_arena_bytes)});
     ASSERT_EQ(gsim.exit_code, 0) << gsim.err;
     EXPECT_NE(gsim.out.find(std::string(kDefaultPolicy) + "+prefetch"), std::string::npos) << gsim.out;
+}
+
+// epq bench --routing's child: the pager computes the experts a recorded trace names instead of
+// the router's, and the run's own trace shows exactly those.
+TEST(Trace, ABenchRunFollowsARecordedTracesExpertChoices) {
+    const std::string model = model64();
+    const ExpertIndex idx = ExpertIndex::build(GgufFile::open(model));
+    const std::string d = temp_dir(), recorded = d + "/recorded.trace", followed = d + "/followed.trace";
+    const std::string arena = std::to_string(3 * idx.min_arena_bytes);
+    const CommandResult a = run_epq({"run", "-m", model, "--replay", kText, "--replay-prompt", "20", "-n", "12", "-t",
+                                     "2", "--arena", arena, "--trace", recorded});
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    // Another prompt, so the router alone would choose other experts.
+    const CommandResult b =
+        run_epq({"bench-run", "-m", model, "-p", "Completely different words about ships and the sea", "-n", "16", "-t",
+                 "2", "--arena", arena, "--prefetch", "off", "--routing", recorded, "--trace", followed});
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    EXPECT_NE(b.err.find("TIMING ONLY"), std::string::npos) << b.err;
+
+    // Per step: token -> layer -> experts.
+    using Steps = std::map<uint64_t, std::map<uint64_t, std::map<uint32_t, std::vector<uint32_t>>>>;
+    auto steps_of = [](const Trace & t) {
+        Steps s;
+        for (const auto & r : t.records) {
+            s[r.step][r.token][r.layer] = r.experts;
+        }
+        return s;
+    };
+    auto decode_of = [](const Steps & s) {
+        std::vector<std::map<uint32_t, std::vector<uint32_t>>> out;
+        for (const auto & [step, tokens] : s) {
+            if (tokens.size() == 1) {
+                out.push_back(tokens.begin()->second);
+            }
+        }
+        return out;
+    };
+    const auto want = decode_of(steps_of(read_trace(recorded)));
+    const auto got = decode_of(steps_of(read_trace(followed)));
+    ASSERT_EQ(want.size(), 11u);
+    ASSERT_EQ(got.size(), 15u);
+    for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i], want[i % want.size()]) << "decode step " << i;
+    }
+    // The prompt's tokens at the first layer follow the recorded prompt's, repeated.
+    const Steps rec = steps_of(read_trace(recorded)), fol = steps_of(read_trace(followed));
+    const auto & rec_prompt = rec.begin()->second;
+    const auto & fol_prompt = fol.begin()->second;
+    ASSERT_GT(fol_prompt.size(), 1u);
+    const uint32_t layer0 = idx.layers.front().layer;
+    size_t i = 0;
+    for (const auto & [token, layers] : fol_prompt) {
+        auto it = rec_prompt.begin();
+        std::advance(it, static_cast<long>(i++ % rec_prompt.size()));
+        EXPECT_EQ(layers.at(layer0), it->second.at(layer0)) << "prompt token " << token;
+    }
+
+    // Never a flag of epq run; a trace of another shape is refused.
+    const CommandResult run = run_epq({"run", "-m", model, "-p", "hi", "-n", "2", "--routing", recorded});
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_NE(run.err.find("--routing"), std::string::npos) << run.err;
+    const CommandResult shape = run_epq({"bench-run", "-m", model, "-p", "hi", "-n", "2", "--routing",
+                                         std::string(EPQ_SOURCE_DIR) + "/data/traces/qwen3-30b-a3b.route.csv"});
+    EXPECT_EQ(shape.exit_code, 1);
+    EXPECT_NE(shape.err.find("use a trace of a model of this shape"), std::string::npos) << shape.err;
 }
 
 TEST(SynthRouting, FlatProfileReusesExpertsOnlyByChance) {

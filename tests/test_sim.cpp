@@ -3,6 +3,7 @@
 #include "sim/cache_sim.h"
 #include "sim/routing_stats.h"
 #include "sim/sim_report.h"
+#include "arena/routing_script.h"
 #include "arena/trace.h"
 #include "util/error.h"
 
@@ -703,5 +704,37 @@ TEST_F(SimTest, MalformedRouteTracesSayWhereAndWhat) {
         const std::string msg = error_of([&] { read_trace(write("bad" + std::to_string(i) + ".csv", bad[i].first)); });
         EXPECT_NE(msg.find(bad[i].second), std::string::npos) << i << ": " << msg;
         EXPECT_NE(msg.find("line "), std::string::npos) << i << ": " << msg;
+    }
+}
+
+TEST(RoutingScript, FollowsTheRealTracesTokensAndRefusesAnotherShape) {
+    const Trace t = read_trace(kRealTrace);
+    const RoutingScript s(t, 48, 128, 6);
+    ASSERT_EQ(s.prompt_tokens(), 28u);
+    ASSERT_EQ(s.decode_steps(), 128u);
+    // The trace's own rows, as the reader test above quotes them.
+    EXPECT_EQ(std::vector<uint32_t>(s.prompt(0, 0), s.prompt(0, 0) + 6),
+              (std::vector<uint32_t>{49, 19, 58, 29, 16, 70}));
+    EXPECT_EQ(std::vector<uint32_t>(s.decode(0, 0), s.decode(0, 0) + 6),
+              (std::vector<uint32_t>{60, 49, 78, 50, 106, 32}));
+    // Repeated past its end.
+    EXPECT_EQ(s.decode(3, 128 + 5)[2], s.decode(3, 5)[2]);
+    EXPECT_EQ(s.prompt(7, 28 * 2 + 1)[0], s.prompt(7, 1)[0]);
+    // The last layer, computed for the prompt's last token only, is that token's for every token.
+    const TraceRecord * last = nullptr;
+    for (const auto & r : t.records) {
+        last = r.step == 0 && r.layer == 47 ? &r : last;
+    }
+    ASSERT_NE(last, nullptr);
+    for (uint64_t i = 0; i < 28; ++i) {
+        EXPECT_EQ(std::vector<uint32_t>(s.prompt(47, i), s.prompt(47, i) + 6), last->experts) << i;
+    }
+    for (const auto & shape : {std::vector<uint32_t>{40, 128, 6}, {48, 256, 6}, {48, 128, 8}}) {
+        try {
+            RoutingScript(t, shape[0], shape[1], shape[2]);
+            ADD_FAILURE() << "accepted a model of another shape";
+        } catch (const Error & e) {
+            EXPECT_NE(std::string(e.what()).find("use a trace of a model of this shape"), std::string::npos);
+        }
     }
 }

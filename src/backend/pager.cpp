@@ -190,6 +190,9 @@ void Pager::route(ChainRun & run) {
         telemetry_.counters().tokens += static_cast<uint64_t>(ids->ne[1]);
         telemetry_.batch_starts(static_cast<uint64_t>(ids->ne[1]));
     }
+    if (script_) {
+        apply_script(run, const_cast<ggml_tensor *>(ids));
+    }
     const uint32_t n_expert = store_.n_expert();
     std::vector<int64_t> & rows = chain_.expert_rows();
     rows.assign(n_expert, 0);
@@ -219,6 +222,30 @@ void Pager::route(ChainRun & run) {
         read_ahead_.layer_starts(run.li, run.decode);
     }
     telemetry_.counters().arena_seconds += since(run.t_arena);
+}
+
+void Pager::apply_script(const ChainRun & run, ggml_tensor * ids) {
+    if (run.first && run.li == 0) {
+        script_batch_decode_ = ids->ne[1] == 1;
+        script_batch_tokens_ = static_cast<uint64_t>(ids->ne[1]);
+        uint64_t & counter = script_batch_decode_ ? script_decode_steps_ : script_prompt_tokens_;
+        script_batch_ = counter;
+        counter += script_batch_tokens_;
+    }
+    if (ids->ne[0] != static_cast<int64_t>(script_->n_expert_used())) {
+        throw Error("a routing trace of top-" + std::to_string(script_->n_expert_used()) + " routing met " +
+                    std::to_string(ids->ne[0]) + " experts per token");
+    }
+    // A prompt's last layer computes only the rows an output needs: the batch's last tokens.
+    const uint64_t skipped = script_batch_tokens_ - std::min<uint64_t>(script_batch_tokens_, ids->ne[1]);
+    for (int64_t t = 0; t < ids->ne[1]; ++t) {
+        const uint64_t i = script_batch_ + skipped + static_cast<uint64_t>(t);
+        const uint32_t * experts = script_batch_decode_ ? script_->decode(run.li, i) : script_->prompt(run.li, i);
+        for (int64_t k = 0; k < ids->ne[0]; ++k) {
+            *reinterpret_cast<int32_t *>(static_cast<char *>(ids->data) + t * ids->nb[1] + k * ids->nb[0]) =
+                static_cast<int32_t>(experts[k]);
+        }
+    }
 }
 
 // Reads started ahead for this layer during the previous one's batch are taken over as they

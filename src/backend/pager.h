@@ -11,6 +11,7 @@
 #pragma once
 
 #include "arena/prefetch_account.h"
+#include "arena/routing_script.h"
 #include "arena/slot_arena.h"
 #include "backend/chain_compute.h"
 #include "backend/expert_store.h"
@@ -23,6 +24,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -72,6 +74,9 @@ public:
     // to learn whether the KV cache can drop a sequence's tail, then clears it): without this
     // it would read 2 x top-k experts per layer (1.26 GiB on the 30B preset) at load.
     void set_dry_run(bool on) { dry_run_ = on; }
+    // `epq bench --routing` only: every expert choice is taken from `script` instead of the
+    // router (arena/routing_script.h). Timing only: the output is no longer the model's.
+    void set_routing_script(std::shared_ptr<const RoutingScript> script) { script_ = std::move(script); }
     // Throws epq::Error if the model file was truncated or rewritten since the pager opened it:
     // the dense weights are mapped from it, so with every expert resident nothing else would see
     // a rewrite. A few microseconds (two stat calls); the engines call it after every batch.
@@ -117,6 +122,8 @@ private:
     void compute_ready(ChainRun & run, const std::vector<size_t> & ready);
     void unpin_ready(ChainRun & run, const std::vector<size_t> & ready);
     void finish_chain(ChainRun & run);
+    // Overwrites the router's choices in `ids` with the routing script's (set_routing_script).
+    void apply_script(const ChainRun & run, ggml_tensor * ids);
 
     // Members in construction order: telemetry first (the others count into it), the store
     // before what reads through it, read-ahead last so its pending reads are released first.
@@ -124,6 +131,12 @@ private:
     // threads read the pager between two of its computes, never in the middle of one.
     mutable std::mutex compute_mu_;
     std::atomic<bool> dry_run_{false};
+    std::shared_ptr<const RoutingScript> script_;
+    uint64_t script_prompt_tokens_ = 0;  // prompt tokens and decode steps the script drove so far
+    uint64_t script_decode_steps_ = 0;
+    uint64_t script_batch_ = 0;  // this batch's first prompt token or decode step
+    uint64_t script_batch_tokens_ = 0;
+    bool script_batch_decode_ = false;
     PagerTelemetry telemetry_;
     ExpertStore store_;
     ChainCompute chain_;

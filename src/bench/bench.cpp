@@ -1,8 +1,12 @@
 #include "bench/bench.h"
 
 #include "bench/read_floor.h"
+#include "arena/routing_script.h"
+#include "arena/trace.h"
 #include "bench/time_bound.h"
 #include "engine/memory_budget.h"
+#include "engine/llama_log.h"
+#include "engine/paged_model.h"
 #include "gguf/expert_index.h"
 #include "gguf/gguf_file.h"
 #include "sim/routing_stats.h"
@@ -66,7 +70,8 @@ struct Child {
                    const std::string & tag) {
         const std::string json = scratch_dir() + "/" + tag + ".json";
         const int n = paged ? o.n_decode : o.n_decode_stock;
-        std::vector<std::string> args = {"run",
+        const bool scripted = paged && !o.routing.empty();
+        std::vector<std::string> args = {scripted ? "bench-run" : "run",
                                          "-m",
                                          o.model,
                                          "--replay",
@@ -84,8 +89,11 @@ struct Child {
                                          "--stats-json",
                                          json};
         if (paged) {
-            args.insert(args.end(), {"--arena", o.arena, "--prefetch", o.prefetch, "--policy", o.policy,
-                                     "--read-threads", std::to_string(o.read_threads)});
+            args.insert(args.end(), {"--arena", o.arena, "--prefetch", scripted ? "off" : o.prefetch, "--policy",
+                                     o.policy, "--read-threads", std::to_string(o.read_threads)});
+            if (scripted) {
+                args.insert(args.end(), {"--routing", o.routing});
+            }
         } else {
             args.push_back("--no-pager");
         }
@@ -212,7 +220,9 @@ std::string default_replay_text() {
     return source_file("data/text/tale-of-two-cities-ch1.txt");
 }
 
-int run_bench(const BenchOptions & o) {
+int run_bench(const BenchOptions & asked) {
+    BenchOptions o = asked;
+    o.stock = o.stock && o.routing.empty();  // stock follows its router: nothing to compare
     if (o.runs < 1 || o.n_decode < 2 || o.n_decode_stock < 2 || o.replay_prompt < 1) {
         throw Error("--runs must be >= 1, -n and --stock-tokens >= 2, --replay-prompt >= 1");
     }
@@ -229,12 +239,31 @@ int run_bench(const BenchOptions & o) {
             throw Error("--memcap: '" + cap + "' is not a size (like 8G) or 'none'");
         }
     }
+    if (!o.routing.empty()) {
+        const RoutingScript script(read_trace(o.routing), idx.layers.size(), idx.n_expert, idx.n_expert_used);
+        std::fprintf(stderr,
+                     "epq bench: TIMING ONLY: epq's runs follow the expert choices of %s (%zu prompt tokens, %zu "
+                     "decode steps, repeated as needed), not this model's router; no stock runs, prefetch off\n",
+                     o.routing.c_str(), script.prompt_tokens(), script.decode_steps());
+    }
     std::fprintf(stderr,
                  "epq bench: %s: %s, %s (experts %s, dense %s), %d threads; decode replays %s after a %d-token "
                  "prompt\n",
                  o.model.c_str(), idx.arch.c_str(), format_bytes(idx.file_size).c_str(),
                  format_bytes(idx.expert_bytes).c_str(), format_bytes(idx.dense_bytes).c_str(), child.threads,
                  child.replay.c_str(), o.replay_prompt);
+
+    // Experts rewritten by `epq repack` beside the model: every epq run then reads them ready-
+    // repacked and holds stock's default layout, capped or not (backend/repacked_experts.h).
+    set_llama_verbosity(false);  // checking the file repacks a few experts: ggml logs each
+    std::string ready_note;
+    const bool ready = o.layout == WeightLayout::automatic && find_repacked_experts(idx, "auto", &ready_note);
+    if (ready) {
+        std::fprintf(stderr, "epq bench: experts ready-repacked in %s: every epq run holds stock's default layout\n",
+                     repacked_experts_path(idx).c_str());
+    } else if (!ready_note.empty()) {
+        std::fprintf(stderr, "epq bench: %s\n", ready_note.c_str());
+    }
 
     // Floor 1: the disk.
     const ReadFloor rf = measure_expert_reads(o.model, idx, o.read_threads, o.read_floor_seconds);
@@ -257,7 +286,7 @@ int run_bench(const BenchOptions & o) {
         const bool capped =
             std::any_of(o.memcaps.begin(), o.memcaps.end(), [](const std::string & c) { return c != "none"; });
         std::vector<std::vector<std::string>> extras = {{"--preload"}};
-        if (capped && o.layout == WeightLayout::automatic) {
+        if (capped && o.layout == WeightLayout::automatic && !ready) {
             extras.push_back({"--preload", "--no-repack"});
         }
         for (const auto & extra : extras) {
@@ -364,6 +393,10 @@ int run_bench(const BenchOptions & o) {
     // The table.
     std::string out = "\nepq bench: " + o.model + " (" + idx.arch + "), " + std::to_string(child.threads) +
                       " threads, medians of " + std::to_string(o.runs) + " interleaved runs\n";
+    if (!o.routing.empty()) {
+        out += "TIMING ONLY: every routed expert chosen by the recorded trace " + o.routing +
+               ", not by this model's router (prefetch off)\n";
+    }
     std::string compute_floors;
     for (const bool repacked : {true, false}) {
         if (floors[repacked].decode > 0) {
@@ -381,9 +414,9 @@ int run_bench(const BenchOptions & o) {
                : std::string(
                      "layouts: stock with default flags uncapped, -nr under a cap (repacking would copy the model "
                      "into RAM); epq ") +
-                     (o.layout == WeightLayout::repacked
-                          ? "repacked (--repack) in every run\n"
-                          : "repacked when its arena holds every expert, else the file's layout (stock -nr's)\n");
+                     (o.layout == WeightLayout::repacked ? "repacked (--repack) in every run\n"
+                      : ready ? "repacked in every run, read ready-repacked from " + repacked_experts_path(idx) + "\n"
+                              : "repacked when its arena holds every expert, else the file's layout (stock -nr's)\n");
     char line[512];
     std::snprintf(line, sizeof line, "%-6s %10s %11s %11s %8s %11s %11s %8s %12s %12s %10s %9s\n", "cap", "arena",
                   "epq tok/s", "stock tok/s", "ratio", "epq prefill", "stk prefill", "hit", "missed/tok", "read/tok",
@@ -480,6 +513,7 @@ int run_bench(const BenchOptions & o) {
     if (!o.json_path.empty()) {
         nlohmann::json j;
         j["model"] = o.model;
+        j["routing_trace"] = o.routing;  // "" : the model's own router
         j["arch"] = idx.arch;
         j["threads"] = child.threads;
         j["runs"] = o.runs;

@@ -32,6 +32,7 @@ struct BenchOptions {
     int read_threads = 4;
     WeightLayout layout = WeightLayout::automatic;  // epq's; --repack / -nr name it for every run
     bool stock = true;
+    std::string routing;  // a routing trace: epq's runs follow its expert choices (timing only)
     bool drop_caches = true;  // before each capped run, when allowed (root)
     double read_floor_seconds = 4.0;
     std::string json_path;

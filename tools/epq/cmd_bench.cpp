@@ -40,6 +40,12 @@ Handler add_bench(CLI::App & app) {
     sub->add_option("--read-seconds", o->read_floor_seconds, "how long to measure the read floor")
         ->capture_default_str();
     sub->add_flag("!--no-stock", o->stock, "skip the stock runs");
+    sub->add_option("--routing", o->routing,
+                    "time epq on a recorded routing trace's expert choices (epq's own, or route_trace v1 such as "
+                    "data/traces/qwen3-30b-a3b.route.csv) instead of the synthetic router's: the pager reads and "
+                    "computes the experts the trace names. Timing only (the output is not the model's); needs a "
+                    "model of the trace's shape; no stock runs (stock follows its router), prefetch off (the "
+                    "predictor guesses the router's picks, not the trace's)");
     auto * nr = sub->add_flag_function(
         "--no-repack", [o](int64_t) { o->layout = WeightLayout::file; },
         "(-nr) every run without weight repacking. By default uncapped stock uses its default flags (repacked), "

@@ -17,6 +17,7 @@ CLI::Option * add_model_option(CLI::App & sub, std::string & model, const std::s
 Handler add_synth(CLI::App & app);
 Handler add_inspect(CLI::App & app);
 Handler add_run(CLI::App & app);
+Handler add_bench_run(CLI::App & app);
 Handler add_demo(CLI::App & app);
 Handler add_chat(CLI::App & app);
 Handler add_verify(CLI::App & app);

@@ -58,6 +58,7 @@ int main(int argc, char ** argv) {
     add(epq::cli::add_simulate);
     add(epq::cli::add_repack);
     add(epq::cli::add_bench);
+    add(epq::cli::add_bench_run);
     add(epq::cli::add_serve);
 
     // Called as epq-chat: the chat subcommand.

@@ -2,6 +2,8 @@
 
 #include "commands.h"
 
+#include "arena/routing_script.h"
+#include "arena/trace.h"
 #include "backend/pager_device.h"
 #include "engine/llama_log.h"
 #include "util/byte_size.h"
@@ -95,6 +97,19 @@ void add_model_flags(CLI::App & sub, RunOptions & o, bool model_required) {
     sub.add_option("--logits-out", o.logits_out, "write every step's logits (raw float32) to this file");
 }
 
+// epq bench --routing: the pager follows a recorded trace's expert choices. Said loudly: the
+// output is not the model's.
+static void follow_routing_trace(PagedModel & paged, const std::string & path) {
+    const ExpertIndex & idx = paged.index();
+    auto script =
+        std::make_shared<const RoutingScript>(read_trace(path), idx.layers.size(), idx.n_expert, idx.n_expert_used);
+    std::fprintf(stderr,
+                 "epq: TIMING ONLY: every routed expert is chosen by the trace %s (%zu prompt tokens, %zu decode "
+                 "steps, repeated as needed), not by this model's router: the text and logits are not the model's\n",
+                 path.c_str(), script->prompt_tokens(), script->decode_steps());
+    paged.pager().set_routing_script(std::move(script));
+}
+
 LoadedModel load_model(const RunOptions & o) {
     set_llama_verbosity(o.verbose);
     if (o.n_ctx < 16) {
@@ -130,6 +145,10 @@ LoadedModel load_model(const RunOptions & o) {
                      "epq: %s: no routed experts (not a MoE model): nothing to page, running it through stock "
                      "llama.cpp\n",
                      o.model.c_str());
+    }
+    if (!o.routing_trace.empty() && (o.no_pager || dense)) {
+        throw Error("--routing drives the pager's expert choices: " +
+                    std::string(dense ? "this model has no routed experts" : "drop --no-pager"));
     }
     if (!o.no_pager && !dense) {
         PagedModelOptions po;
@@ -177,6 +196,9 @@ LoadedModel load_model(const RunOptions & o) {
             layout_line(po.layout, m.paged->repack(), m.paged->gpu_host(), m.remote_layers, m.paged->repacked_file())
                 .c_str());
         m.paged->configure(so);
+        if (!o.routing_trace.empty()) {
+            follow_routing_trace(*m.paged, o.routing_trace);
+        }
         if (o.cpu_moe) {
             std::fprintf(stderr, "epq: note: --cpu-moe: the routed experts stay with the pager, on the CPU\n");
         }

@@ -43,9 +43,10 @@ struct RunOptions {
     std::string tensor_split;  // -ts: llama.cpp's --tensor-split, "3,1"
     bool cpu_moe = false;      // --cpu-moe with --no-pager: stock's experts on the CPU
     bool no_op_offload = false;
-    bool no_host = false;     // --no-host with --no-pager: CPU weights bypass a GPU's host buffer
-    std::string replay;       // drive decode with this text's tokens instead of sampling
-    int replay_prompt = 128;  // of which the first this many are the prompt
+    bool no_host = false;       // --no-host with --no-pager: CPU weights bypass a GPU's host buffer
+    std::string replay;         // drive decode with this text's tokens instead of sampling
+    int replay_prompt = 128;    // of which the first this many are the prompt
+    std::string routing_trace;  // epq bench-run only: expert choices from this trace (timing only)
 };
 
 // Registers --no-pager, --arena, --read-threads, --prefetch, --policy, --preload, -ngl,
