@@ -94,6 +94,8 @@ asan_tests() {
   asan+='|^SlotArena\.'
   asan+='|^ReplacementPolicy\.'
   asan+='|^RouteTrace\.'
+  asan+='|^RoutingScript\.'
+  asan+='|^RepackedExpertsBadFile\.'
   asan+='|^Mapping\.'
   asan+='|^DirectReader\.'
   asan+='|^ReadPool\.'
@@ -157,6 +159,7 @@ tsan_tests() {
   local tsan='^(Synth|ReadPool|DirectReader|Mapping|ModelFile|StreamGate)\.|^Pager/PagerPrefill\..*/qwen3moe( |$)'
   tsan+='|^Faults/IoFaults\..*/(eio_once|short_reads)( |$)'
   tsan+='|^Serve\.PagerViewBeside'
+  tsan+='|^RepackedExpertsBadFile\.CutShort'
   (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
      ctest -j "$jobs" --output-on-failure --no-tests=error -R "$tsan")
   rm -rf build-tsan/tests/models
