@@ -74,6 +74,11 @@ ExpertStore::ExpertStore(const ExpertIndex & index, const ExpertStoreOptions & o
       n_expert_(index.n_expert) {
     for (const auto & p : plan_.pools) {
         pools_.push_back(Mapping::anonymous(static_cast<size_t>(p.slot_bytes) * p.n_slots, "the expert arena"));
+        // Huge pages where the system allows them (transparent huge pages in madvise mode): a
+        // slot of a few MiB is then a couple of TLB entries for the expert matmuls instead of
+        // hundreds, and a direct read pins a couple of pages instead of hundreds. Refused, it
+        // stays on small pages.
+        madvise(pools_.back().data(), pools_.back().size(), MADV_HUGEPAGE);
     }
     set_home_slots();
     faults_ = make_pager_faults();
