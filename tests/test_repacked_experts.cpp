@@ -145,7 +145,7 @@ TEST_F(RepackedExpertsBadFile, DamagedHeader) {
 
 TEST_F(RepackedExpertsBadFile, MadeFromAnotherModel) {
     const std::string other = synth_model("rx-other", tiny("qwen3moe", "", 7));
-    expect_refused(*bytes_, "other-model", "another model", other);
+    expect_refused(*bytes_, "other-model", "does not hold the experts this run pages", other);
 }
 
 TEST_F(RepackedExpertsBadFile, MadeOnACpuThatRepacksOtherTypes) {

@@ -354,8 +354,10 @@ RepackedExperts open_repacked_experts(const std::string & path, const ExpertInde
     }
     const SlotLayout layout = SlotLayout::build(index);
     if (h.value("model", json()) != model_json(index, layout)) {
-        throw Error(path + " was made from another model than " + index.shards.front().path +
-                    " (its files or expert tensors differ): " + rewrite_hint(index));
+        throw Error(path + " does not hold the experts this run pages from " + index.shards.front().path +
+                    " (the model's files or expert tensors differ, or --rpc keeps some layers' experts "
+                    "elsewhere): " +
+                    rewrite_hint(index));
     }
     const std::string made_on = h.value("cpu", std::string("(unknown)"));
     const ExpertRepack repack(true, layout);

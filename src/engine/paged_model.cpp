@@ -170,6 +170,9 @@ PagedModel::PagedModel(const std::string & path, const PagedModelOptions & opts)
     std::optional<RepackedExperts> ready;
     if (opts.layout != WeightLayout::file) {
         ready = find_repacked_experts(index_, opts.repacked_experts, &repacked_note_);
+    } else if (opts.repacked_experts != "auto" && opts.repacked_experts != "none") {
+        repacked_note_ =
+            "-nr keeps every weight in the file's layout: not reading experts from " + opts.repacked_experts;
     }
     repack_ = layout_repacks(opts.layout, arena >= all_slots || ready.has_value(), gpu_host_);
     if (repack_ && ready) {

@@ -30,6 +30,7 @@ Handler add_repack(CLI::App & app) {
     return [o]() {
         set_llama_verbosity(false);  // ggml logs every matrix it repacks
         const GgufFile file = GgufFile::open(o->model);
+        file.require_tensor_data();
         const ExpertIndex index = ExpertIndex::build(file);
         const std::string out = o->out.empty() ? repacked_experts_path(index) : o->out;
         std::fprintf(stderr, "epq: rewriting the %s of routed experts of %s for this CPU (%s) into %s\n",
