@@ -1,6 +1,7 @@
 #include "backend/repacked_experts.h"
 
 #include "backend/expert_repack.h"
+#include "backend/expert_store.h"
 #include "io/direct_reader.h"
 #include "io/model_reader.h"
 #include "util/error.h"
@@ -82,14 +83,6 @@ json repacked_json(const SlotLayout & layout, const ExpertRepack & repack) {
     return names;
 }
 
-std::vector<ModelFilePart> parts_of(const ExpertIndex & index) {
-    std::vector<ModelFilePart> parts;
-    for (const auto & s : index.shards) {
-        parts.push_back({s.path, s.base});
-    }
-    return parts;
-}
-
 // Offsets of every layer's images, laid one after another from `data_offset`.
 void place_layers(const SlotLayout & layout, uint32_t n_expert, RepackedExperts * rx) {
     uint64_t at = rx->data_offset;
@@ -152,7 +145,7 @@ struct OutFile {
 // written pages from the page cache as it goes so the file does not crowd a small machine.
 void write_images(const ExpertIndex & index, const SlotLayout & layout, const ExpertRepack & repack,
                   const RepackedExperts & rx, const OutFile & out, const std::function<void(uint64_t)> & progress) {
-    const ModelReader reader(parts_of(index));
+    const ModelReader reader(model_file_parts(index));
     uint64_t max_image = 0;
     for (const auto & l : layout.layers) {
         max_image = std::max(max_image, l.bytes);
@@ -239,7 +232,7 @@ json read_header(const DirectReader & file, uint64_t file_size, const ExpertInde
 // rewrite of the model's bytes.
 void check_probes(const DirectReader & file, const ExpertIndex & index, const SlotLayout & layout,
                   const ExpertRepack & repack, const RepackedExperts & rx, const std::string & made_on) {
-    const ModelReader model(parts_of(index));
+    const ModelReader model(model_file_parts(index));
     std::map<std::tuple<int, int64_t, int64_t>, bool> seen;
     for (size_t li = 0; li < layout.layers.size(); ++li) {
         const LayerLayout & l = layout.layers[li];
