@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <gtest/gtest.h>
 #include <memory>
 
@@ -182,20 +183,32 @@ TEST(Synth, FlatRoutingScalesOnlyWhatWritesTheResidualStream) {
 
 TEST(Synth, TheCalibratedPresetWritesLessIntoTheResidualStreamAndFlatIgnoresThat) {
     // The 30B preset's realistic routing is calibrated with a residual scale below 1: the writers
-    // (and only they) are drawn at that share of the unit-scale spread; flat draws them at 1/20
-    // of the unit-scale spread whatever the preset's scale.
+    // (and only they) are drawn at that share of the unit-scale spread, the attention outputs of
+    // the layers where recent attention brings the context in at output_gain times that; flat
+    // draws every writer at 1/20 of the unit-scale spread whatever the preset's scale.
     const SynthConfig q30 = make_preset("qwen3moe-30b-a3b");
     ASSERT_LT(q30.residual_scale, 1.0f);
+    const auto & ra = q30.recent_attention;
+    ASSERT_GT(ra.sharpness, 0.0f);
+    ASSERT_GT(ra.gain_layers, 0u);
+    ASSERT_LT(ra.gain_layers, q30.shape.n_layer);
     SynthConfig unit = q30, flat = q30;
     unit.residual_scale = 1.0f;
+    unit.recent_attention = {};
     flat.routing = RoutingProfile::flat;
     const ModelLayout a = build_layout(q30, 1000), u = build_layout(unit, 1000), f = build_layout(flat, 1000);
     ASSERT_EQ(a.tensors.size(), u.tensors.size());
-    size_t scaled = 0;
+    size_t scaled = 0, gained = 0;
     for (size_t i = 0; i < a.tensors.size(); ++i) {
         const std::string & name = a.tensors[i].name;
         const bool writer = name.find("attn_output") != std::string::npos || name.find("ffn_down") != std::string::npos;
-        const float want = writer ? q30.residual_scale * u.tensors[i].dist.stddev : u.tensors[i].dist.stddev;
+        float want = writer ? q30.residual_scale * u.tensors[i].dist.stddev : u.tensors[i].dist.stddev;
+        for (uint32_t il = 0; il < ra.gain_layers; ++il) {
+            if (name == "blk." + std::to_string(il) + ".attn_output.weight") {
+                want *= ra.output_gain;
+                ++gained;
+            }
+        }
         EXPECT_FLOAT_EQ(a.tensors[i].dist.stddev, want) << name;
         if (writer) {
             EXPECT_FLOAT_EQ(f.tensors[i].dist.stddev, 0.05f * u.tensors[i].dist.stddev) << name;
@@ -203,6 +216,75 @@ TEST(Synth, TheCalibratedPresetWritesLessIntoTheResidualStreamAndFlatIgnoresThat
         }
     }
     EXPECT_EQ(scaled, 2u * q30.shape.n_layer);
+    EXPECT_EQ(gained, ra.gain_layers);
+}
+
+TEST(Synth, RecentAttentionReadsOnlyTheSharedDirectionOnItsRotaryBand) {
+    // qwen3moe rotates the whole head; qwen35moe a quarter of it, and its query rows carry an
+    // output gate after each head. Pair p of a NEOX rotation over n_rot dims is dims p and
+    // p + n_rot / 2. On the band (pairs 1..2 here) every query and key row is the shared
+    // direction (all 1/sqrt(n_embd)), elsewhere random; the per-head norms weigh the band alone.
+    for (const std::string arch : {"qwen3moe", "qwen35moe"}) {
+        SynthConfig cfg = tiny(arch);
+        cfg.quant.types["attn"] = GGML_TYPE_F32;
+        cfg.embd_offset = 0.5f;
+        cfg.recent_attention = {2.0f, 1, 2, 3.0f, 1};
+        const std::string path = synth_model("recent-attn-" + arch, cfg);
+        const GgufFile f = GgufFile::open(path);
+        const auto bytes = read_file(path);
+        const int64_t hd = cfg.shape.head_dim, n_embd = cfg.shape.n_embd;
+        const int64_t n_rot = arch == "qwen3moe" ? hd : hd / 4, q_rows = arch == "qwen3moe" ? hd : 2 * hd;
+        auto band = [n_rot](int64_t dim) {
+            for (int64_t p : {1, 2}) {
+                if (dim == p || dim == p + n_rot / 2) {
+                    return true;
+                }
+            }
+            return false;
+        };
+        auto floats = [&](const TensorInfo * t) {
+            std::vector<float> v(t->nbytes / sizeof(float));
+            std::memcpy(v.data(), bytes.data() + t->file_offset, t->nbytes);
+            return v;
+        };
+        uint32_t layers = 0;
+        for (uint32_t il = 0; il < cfg.shape.n_layer; ++il) {
+            const std::string blk = "blk." + std::to_string(il) + ".";
+            const TensorInfo * qn = f.find_tensor(blk + "attn_q_norm.weight");
+            if (qn == nullptr) {
+                continue;  // a recurrent layer of the hybrid
+            }
+            ++layers;
+            for (const char * norm : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
+                const auto w = floats(f.find_tensor(blk + norm));
+                ASSERT_EQ(static_cast<int64_t>(w.size()), hd);
+                for (int64_t i = 0; i < hd; ++i) {
+                    EXPECT_EQ(w[i], band(i) ? 2.0f : 0.0f) << arch << " " << blk << norm << " dim " << i;
+                }
+            }
+            for (const auto & [name, stride] : {std::pair<std::string, int64_t>{"attn_q.weight", q_rows},
+                                                std::pair<std::string, int64_t>{"attn_k.weight", hd}}) {
+                const TensorInfo * t = f.find_tensor(blk + name);
+                ASSERT_EQ(t->type, GGML_TYPE_F32);
+                const auto v = floats(t);
+                const int64_t rows = static_cast<int64_t>(v.size()) / n_embd;
+                size_t on_band = 0;
+                for (int64_t r = 0; r < rows; ++r) {
+                    const auto first = v.begin() + r * n_embd, last = first + n_embd;
+                    const bool constant = std::count(first, last, 1.0f / std::sqrt(float(n_embd))) == n_embd;
+                    EXPECT_EQ(constant, band(r % stride)) << arch << " " << blk << name << " row " << r;
+                    on_band += constant;
+                }
+                EXPECT_EQ(on_band, 4u * static_cast<size_t>(rows / stride)) << arch << " " << name;
+            }
+        }
+        EXPECT_GE(layers, 1u) << arch;
+        // Flat keeps random attention: the norms stay near one.
+        cfg.routing = RoutingProfile::flat;
+        for (const TensorSpec & t : build_layout(cfg, 1000).tensors) {
+            EXPECT_FALSE(t.shape_values) << arch << " flat shapes " << t.name;
+        }
+    }
 }
 
 TEST(Synth, RejectsImpossibleShapes) {

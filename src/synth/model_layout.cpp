@@ -4,7 +4,9 @@
 
 #include "gguf.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace epq {
@@ -32,6 +34,11 @@ public:
     void add(const std::string & name, std::vector<int64_t> ne, const std::string & kind, ValueDist dist) {
         if (writes_residual(name)) {
             dist.stddev *= cfg_.routing == RoutingProfile::flat ? kFlatResidualScale : cfg_.residual_scale;
+            const auto & ra = cfg_.recent_attention;
+            if (cfg_.routing == RoutingProfile::realistic && ra.sharpness > 0.0f &&
+                ends_with(name, ".attn_output.weight") && layer_of(name) < ra.gain_layers) {
+                dist.stddev *= ra.output_gain;  // the context enters here: see RecentAttention
+            }
         }
         const ggml_type type = cfg_.quant.for_row(kind, ne[0]);
         out_.tensors.push_back(TensorSpec{name, std::move(ne), type, dist, kind});
@@ -48,15 +55,31 @@ public:
     // write 1/20 of their usual magnitude, so the stream stays mostly the token's own embedding
     // and routers see little of the context (measured: next-token reuse near top-k / n_expert).
     static constexpr float kFlatResidualScale = 0.05f;
+    // The layer number of "blk.N.<rest>".
+    static uint32_t layer_of(const std::string & name) {
+        return static_cast<uint32_t>(std::strtoul(name.c_str() + std::strlen("blk."), nullptr, 10));
+    }
+    static bool ends_with(const std::string & name, const char * suffix) {
+        const size_t n = std::strlen(suffix);
+        return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
+    }
     static bool writes_residual(const std::string & name) {
         for (const char * out : {".attn_output.weight", ".ssm_out.weight", ".ffn_down_exps.weight",
                                  ".ffn_down_shexp.weight", ".ffn_down.weight"}) {
-            const size_t n = std::strlen(out);
-            if (name.size() >= n && name.compare(name.size() - n, n, out) == 0) {
+            if (ends_with(name, out)) {
                 return true;
             }
         }
         return false;
+    }
+
+    TensorSpec & tensor(const std::string & name) {
+        for (auto it = out_.tensors.rbegin(); it != out_.tensors.rend(); ++it) {
+            if (it->name == name) {
+                return *it;
+            }
+        }
+        throw Error("synthetic layout: no tensor " + name);
     }
 
     static std::string blk(uint32_t il, const std::string & rest) { return "blk." + std::to_string(il) + "." + rest; }
@@ -72,6 +95,42 @@ public:
         const bool second_half = il >= s.n_layer / 2;
         add(blk(il, "ffn_down_exps.weight"), {s.n_ff_exp, s.n_embd, s.n_expert},
             second_half ? "ffn_down_exps_alt" : "ffn_down_exps", projection(s.n_ff_exp));
+    }
+
+    // Makes layer `il`'s attention (already added: attn_q, attn_k and their per-head norms) favour
+    // recent tokens. The first `n_rot` dims of a head rotate in NEOX pairs (pair p: dims p and
+    // p + n_rot / 2); attn_q holds `q_rows` rows per head, the query's head_dim first (gated
+    // attention adds its gate after). See SynthConfig::RecentAttention.
+    void recent_attention(uint32_t il, int64_t n_rot, int64_t q_rows) {
+        const auto & ra = cfg_.recent_attention;
+        if (cfg_.routing != RoutingProfile::realistic || ra.sharpness <= 0.0f) {
+            return;
+        }
+        const int64_t hd = cfg_.shape.head_dim;
+        const auto on_band = [ra, n_rot](int64_t dim) {
+            const int64_t pair = dim % (n_rot / 2);
+            return dim < n_rot && pair >= ra.first_pair && pair <= ra.last_pair;
+        };
+        // On the band, every row reads the shared embedding direction (all ones) alone.
+        const float shared = 1.0f / std::sqrt(static_cast<float>(cfg_.shape.n_embd));
+        const auto rows = [on_band, shared](int64_t stride) {
+            return ValueShaper([on_band, shared, stride](std::vector<float> & v, int64_t n_per_row) {
+                for (size_t r = 0; r * n_per_row < v.size(); ++r) {
+                    if (on_band(static_cast<int64_t>(r) % stride)) {
+                        std::fill(v.begin() + r * n_per_row, v.begin() + (r + 1) * n_per_row, shared);
+                    }
+                }
+            });
+        };
+        const ValueShaper norm = [on_band, ra](std::vector<float> & v, int64_t) {
+            for (size_t i = 0; i < v.size(); ++i) {
+                v[i] = on_band(static_cast<int64_t>(i)) ? ra.sharpness : 0.0f;
+            }
+        };
+        tensor(blk(il, "attn_q.weight")).shape_values = rows(q_rows);
+        tensor(blk(il, "attn_k.weight")).shape_values = rows(hd);
+        tensor(blk(il, "attn_q_norm.weight")).shape_values = norm;
+        tensor(blk(il, "attn_k_norm.weight")).shape_values = norm;
     }
 
     // gpt-oss adds a bias after every expert matmul and to the router logits.
@@ -160,6 +219,7 @@ void layout_qwen3moe(const SynthConfig & cfg, int64_t n_vocab, ModelLayout & out
         b.matmul(LayoutBuilder::blk(il, "attn_output.weight"), q, s.n_embd, "attn");
         b.add_f32(LayoutBuilder::blk(il, "attn_q_norm.weight"), {s.head_dim}, near_one());
         b.add_f32(LayoutBuilder::blk(il, "attn_k_norm.weight"), {s.head_dim}, near_one());
+        b.recent_attention(il, s.head_dim, s.head_dim);
         b.add_f32(LayoutBuilder::blk(il, "ffn_norm.weight"), {s.n_embd}, near_one());
         b.routed_experts(il);
     }
@@ -190,6 +250,11 @@ void layout_olmoe(const SynthConfig & cfg, int64_t n_vocab, ModelLayout & out) {
     b.head(n_vocab);
 }
 
+// Partial rotary: a quarter of each head rotates.
+uint32_t qwen35_rotary_dims(const SynthShape & s) {
+    return s.head_dim / 4;
+}
+
 bool qwen35_is_recurrent(const SynthShape & s, uint32_t il) {
     return (il + 1) % s.full_attn_interval != 0;
 }
@@ -207,7 +272,7 @@ void layout_qwen35moe(const SynthConfig & cfg, int64_t n_vocab, ModelLayout & ou
         gguf_set_val_u32(g, "qwen35moe.attention.value_length", sh.head_dim);
         // Partial rotary over a quarter of the head, split into interleaved M-RoPE sections
         // (counted in pairs) as the official converter writes them.
-        const uint32_t n_rot = sh.head_dim / 4;
+        const uint32_t n_rot = qwen35_rotary_dims(sh);
         gguf_set_val_u32(g, "qwen35moe.rope.dimension_count", n_rot);
         const uint32_t pairs = n_rot / 2;
         const int32_t sections[4] = {int32_t((pairs + 2) / 3), int32_t((pairs + 1) / 3), int32_t(pairs / 3), 0};
@@ -254,6 +319,7 @@ void layout_qwen35moe(const SynthConfig & cfg, int64_t n_vocab, ModelLayout & ou
             b.matmul(n("attn_output.weight"), hd * s.n_head, s.n_embd, "attn");
             b.add_f32(n("attn_q_norm.weight"), {hd}, near_one());
             b.add_f32(n("attn_k_norm.weight"), {hd}, near_one());
+            b.recent_attention(il, qwen35_rotary_dims(s), 2 * hd);
         }
         b.add_f32(n("post_attention_norm.weight"), {s.n_embd}, near_one());
         b.routed_experts(il);

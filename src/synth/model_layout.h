@@ -21,6 +21,9 @@ struct TensorSpec {
     ggml_type type = GGML_TYPE_F32;
     ValueDist dist;
     std::string kind;  // the --type kind that chose `type`
+    // When set, rewrites the drawn values (ne[0] per row) before they are quantized; the tensor is
+    // then drawn value by value, not from the shared pool.
+    ValueShaper shape_values;
 };
 
 struct ModelLayout {

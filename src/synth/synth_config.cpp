@@ -188,11 +188,16 @@ const std::vector<Preset> & presets() {
              s.n_head = 16, s.n_head_kv = 2, s.head_dim = 256, s.n_ctx_train = 262144;
              s.ssm_head_k_dim = 128, s.ssm_n_k_heads = 16, s.ssm_n_v_heads = 32, s.ssm_head_v_dim = 128;
              SynthConfig c = with(s, "qwen35moe-35b-a3b", "qwen35");
-             // Without it this shape routes flat (next-token reuse 3.5%, chance 3.1%). 1.75 gives
-             // per-layer LRU / Belady hit rates of 63% / 82% at 12.5% of each layer's experts
-             // cached, 85% / 93% at 25%, 92% / 95% at 37.5% over 175 decode tokens: within three
-             // points of Qwen3-30B-A3B's published 65/80, 83/92, 92/97 (reuse 23% against 45%).
-             c.embd_offset = 1.75f;
+             // Calibrated as the 30B preset is (see there). Without an offset this shape routes flat
+             // (next-token reuse 3.5%, chance 3.1%). An offset alone (1.75) gave the per-layer hit
+             // rates but a token reused as many of the eighth token's experts as the last one's
+             // (26.3% / 25.8%). With recent attention in its full-attention layers (every fourth;
+             // the first two write the context) and a smaller offset: per-layer LRU / Belady
+             // 68 / 85, 88 / 93, 93 / 94% at 12.5 / 25 / 37.5% of each layer's experts, reuse by
+             // the next token 34.4% and by the eighth 23.9%, the next layer's router names 82.3% of
+             // the routed slots (real Qwen3.6-35B-A3B: 80.7%).
+             c.embd_offset = 1.2f;
+             c.recent_attention = {1.3f, 2, 6, 8.0f, 8};
              return c;
          }},
         {"qwen3moe-30b-a3b",
@@ -203,15 +208,19 @@ const std::vector<Preset> & presets() {
              s.n_head = 32, s.n_head_kv = 4, s.head_dim = 128, s.n_ctx_train = 40960;
              SynthConfig c = with(s, "qwen3moe-30b-a3b", "qwen2");
              // Calibrated against the real Qwen3-30B-A3B (epq simulate's routing report, 128 decode
-             // tokens of data/text after a 64-token prompt). Random weights as they come (scale 1,
-             // no offset) route too predictably from token to token and too unpredictably from
-             // layer to layer: per-layer LRU 72 / 90 / 94% at 12.5 / 25 / 37.5% of each layer's
-             // experts (real: 65 / 83 / 92), reuse by the next token 47% (real: 38%), the next
-             // layer's router names 77% of the routed slots (real: 88.6%). Writing a third as much
-             // into the residual stream, with a shared embedding direction for the skew, gives
-             // 61 / 89 / 96%, Belady 80 / 95 / 97% (real 80 / 92 / 97), reuse 36%, router 86%.
-             c.residual_scale = 0.3f;
-             c.embd_offset = 0.9f;
+             // tokens of data/text after a 256-token prompt: ordinary prose; the chapter's opening
+             // sentence repeats itself every 7 tokens, which lifts reuse at lag 8 on any model).
+             // Random weights as they come route too predictably from token to token and too
+             // unpredictably from layer to layer (per-layer LRU 72 / 90 / 94% at 12.5 / 25 / 37.5%
+             // of each layer's experts, real: 65 / 83 / 92; next-layer router 77%, real 88.6%), and
+             // their attention weighs the whole context evenly, so a token reuses as many of the
+             // eighth token's experts as of the last one's (real: 38% and 27%). Recent attention,
+             // with the context written by the first four layers and little by the rest, a
+             // shared embedding direction for the skew: LRU / Belady 60 / 78, 81 / 91, 92 / 96%,
+             // reuse 43.0% and 31.1%, router 88.7%.
+             c.residual_scale = 0.15f;
+             c.embd_offset = 0.76f;
+             c.recent_attention = {1.3f, 3, 14, 8.0f, 4};
              return c;
          }},
         {"olmoe-1b-7b", "OLMoE-1B-7B shape (~4 GB mixed): 16 layers, n_embd 2048, 64 experts top-8, expert ff 1024",

@@ -79,9 +79,9 @@ struct QuantPlan {
 
 // How the synthetic routers pick experts over a text.
 enum class RoutingProfile {
-    // What random weights give on their own: the hidden state carries context from token to
-    // token, so routing is skewed and reused much as published decode measurements of
-    // Qwen3-30B-A3B and OLMoE report (`epq simulate` prints the comparison).
+    // Skewed routing, reused from token to token most by the next token, near published decode
+    // figures of real MoE models (`epq simulate` prints the comparison): random weights, plus
+    // whatever calibration the preset sets (embd_offset, residual_scale, recent_attention).
     realistic,
     // The worst case for a cache: every layer writes only faintly into the residual stream, so
     // each layer's router sees mostly the current token's embedding and picks near-uniformly,
@@ -94,10 +94,8 @@ struct SynthConfig {
     std::string preset;
     RoutingProfile routing = RoutingProfile::realistic;
     // Added to every token embedding value: a direction all tokens share, which each router sees
-    // as a fixed preference among its experts, so routing is skewed and reused. For shapes whose
-    // random layers carry too little context from token to token to route realistically on
-    // their own (the hybrid qwen35moe: 3 of 4 layers are linear attention). The flat profile
-    // ignores it.
+    // as a fixed preference among its experts, so routing is skewed and reused (and which recent
+    // attention reads to tell positions apart). The flat profile ignores it.
     float embd_offset = 0.0f;
     // Scales the matrices that write a layer's output into the residual stream (realistic
     // profile; flat writes 1/20 whatever this says). Below 1 the stream keeps more of the token's
@@ -105,6 +103,23 @@ struct SynthConfig {
     // predictor names more of its picks) and a token carries less of the context before it (less
     // reuse by the next token).
     float residual_scale = 1.0f;
+    // Attention that favours the last few tokens (realistic profile; rotary attention with per-head
+    // query and key norms). Random attention weighs the whole context about evenly, so a token's
+    // routing is as like the eighth token before it as the last one, where real models reuse 38%
+    // of the last token's experts and 27% of the eighth's. With this, every head's queries and
+    // keys read only the embedding direction all tokens share (embd_offset), on the rotary pairs
+    // first_pair..last_pair alone (the norms zero the other dims): a score then falls with the
+    // distance between two tokens as those pairs' rotations drift apart, `sharpness` (the norms'
+    // weight on the band) setting how fast. The attention of the layers below `gain_layers`
+    // writes `output_gain` times as much into the residual stream (on top of residual_scale):
+    // there the context enters, while the later layers change the stream little, as the router
+    // predictor finds in real models. sharpness 0: off.
+    struct RecentAttention {
+        float sharpness = 0.0f;
+        uint32_t first_pair = 0, last_pair = 0;
+        float output_gain = 1.0f;
+        uint32_t gain_layers = 0;
+    } recent_attention;
     SynthShape shape;
     QuantPlan quant;
     std::string quant_name;

@@ -225,8 +225,8 @@ void write_file(gguf_context * g, const SynthConfig & cfg, const ModelLayout & l
                 }
                 // The output head's rows (token_embd when tied) must differ: see TensorFiller.
                 const bool distinct = t.name == (cfg.shape.tie_embeddings ? "token_embd.weight" : "output.weight");
-                TensorFiller filler(pools, t.type, t.ne[0], nelements, t.dist, cfg.seed ^ hash_string(t.name),
-                                    distinct);
+                TensorFiller filler(pools, t.type, t.ne[0], nelements, t.dist, cfg.seed ^ hash_string(t.name), distinct,
+                                    t.shape_values);
                 const uint64_t step = std::max<uint64_t>(1, kChunk / filler.unit_bytes()) * filler.unit_bytes();
                 for (uint64_t done = 0; done < filler.nbytes();) {
                     const uint64_t n = std::min(step, filler.nbytes() - done);

@@ -108,7 +108,7 @@ const std::vector<uint8_t> & UnitPoolCache::get(ggml_type type, int64_t unit_ele
 }
 
 TensorFiller::TensorFiller(UnitPoolCache & pools, ggml_type type, int64_t n_per_row, int64_t nelements,
-                           const ValueDist & dist, uint64_t seed, bool distinct_rows) {
+                           const ValueDist & dist, uint64_t seed, bool distinct_rows, const ValueShaper & shape) {
     if (ggml_type_size(type) == 0 || ggml_blck_size(type) == 0 || n_per_row % ggml_blck_size(type) != 0) {
         throw Error(std::string("cannot store a row of ") + std::to_string(n_per_row) + " values as " +
                     ggml_type_name(type) + " (block size " + std::to_string(ggml_blck_size(type)) + ")");
@@ -122,8 +122,12 @@ TensorFiller::TensorFiller(UnitPoolCache & pools, ggml_type type, int64_t n_per_
         pool_units = std::max(pool_units, static_cast<uint32_t>(n_rows));
         units_per_row_ = static_cast<uint64_t>(n_per_row / unit);
     }
-    if (n_units <= static_cast<int64_t>(pool_units)) {
-        direct_ = quantize_values(type, draw_values(dist, static_cast<size_t>(nelements), seed), n_per_row);
+    if (shape || n_units <= static_cast<int64_t>(pool_units)) {
+        auto values = draw_values(dist, static_cast<size_t>(nelements), seed);
+        if (shape) {
+            shape(values, n_per_row);
+        }
+        direct_ = quantize_values(type, values, n_per_row);
         unit_bytes_ = 1;
         return;
     }

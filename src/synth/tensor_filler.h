@@ -15,6 +15,7 @@
 #include "ggml.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,11 +35,15 @@ struct ValueDist {
 
 class UnitPoolCache;
 
+// Rewrites a tensor's drawn values (rows of n_per_row) before they are quantized: for tensors
+// whose structure matters, not only their magnitude.
+using ValueShaper = std::function<void(std::vector<float> & values, int64_t n_per_row)>;
+
 class TensorFiller {
 public:
     // n_per_row = ne[0]; nelements = total element count.
     TensorFiller(UnitPoolCache & pools, ggml_type type, int64_t n_per_row, int64_t nelements, const ValueDist & dist,
-                 uint64_t seed, bool distinct_rows = false);
+                 uint64_t seed, bool distinct_rows = false, const ValueShaper & shape = nullptr);
 
     uint64_t nbytes() const { return nbytes_; }
     // Bytes per unit: fill() is called with chunk sizes that are multiples of this.
